@@ -1,0 +1,169 @@
+"""Service configuration: one frozen dataclass, loaded from TOML, env vars and flags.
+
+Precedence (lowest to highest): defaults < TOML file < ``TREESPEC_<KEY>`` environment
+variables < explicit overrides (command-line flags). Unknown keys and bad values raise
+:class:`ConfigError` naming the key. Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+ENV_PREFIX = "TREESPEC_"
+AUTO = "auto"
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every key of the deployment guide plus endpoints, limits and security settings.
+
+    ``tree_size``: ``"auto"`` (pick from measured verification cost, issue 7), an int
+    number of draft-tree nodes, or 0 for plain decoding (speculation off).
+    """
+
+    main_model_path: str = "qwen2.5-coder-1.5b"  # packaged name or path to a GGUF file / HF dir
+    draft_model_path: str = "qwen2.5-coder-0.5b"
+    tree_size: int | str = AUTO
+    max_accept_length: int = 12  # tokens; the draft tree's maximum depth
+    tensor_parallel_size: int = 1
+    dtype: str = "bfloat16"  # float32 | bfloat16 | float16
+    device: str = "cpu"
+    draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
+    host: str = "127.0.0.1"
+    port: int = 8000
+    scheduler_address: str = "tcp://127.0.0.1:5710"  # the scheduler binds, everyone connects
+    scheduler_bind: str = ""  # bind address if different (e.g. tcp://0.0.0.0:5710 in compose)
+    max_running: int = 8  # sequences per round (continuous batch)
+    max_queue: int = 64  # waiting requests before 429/503
+    max_model_len: int = 4096  # prompt + generated tokens per sequence
+    kv_memory_bytes: int = 0  # KV pool budget per worker; 0 = from kv_memory_fraction
+    kv_memory_fraction: float = 0.85  # of free memory, leaving headroom for tree KV
+    draft_replicas: int = 1
+    verifier_replicas: int = 1
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    log_dir: str = "logs"
+    log_level: str = "info"
+    api_keys_file: str = ""  # empty = no auth
+    ip_allowlist: tuple[str, ...] = ()  # CIDRs; empty = all
+    public_health: bool = True  # /health and /metrics without an API key
+    rate_limit_rpm: int = 0  # requests/minute per key; 0 = unlimited
+    rate_limit_tpm: int = 0  # tokens/minute per key; 0 = unlimited
+    curve_dir: str = ""  # directory with ZeroMQ CURVE keys; empty = no encryption
+    served_model_name: str = "treespec"
+    overlap: str = AUTO  # draft/verify overlap: auto | on | off
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def _validate(cfg: Config) -> None:
+    """Raise ConfigError for the first out-of-range key."""
+    ts = cfg.tree_size
+    if not (ts == AUTO or (isinstance(ts, int) and 0 <= ts <= 1024)):
+        raise ConfigError(f"tree_size must be 'auto' or an integer in 0..1024, got {ts!r}")
+    checks = {
+        "max_accept_length": 1 <= cfg.max_accept_length <= 64,
+        "tensor_parallel_size": 1 <= cfg.tensor_parallel_size <= 64,
+        "port": 0 <= cfg.port <= 65535,
+        "max_running": cfg.max_running >= 1,
+        "max_queue": cfg.max_queue >= 0,
+        "max_model_len": cfg.max_model_len >= 16,
+        "kv_memory_fraction": 0.05 <= cfg.kv_memory_fraction <= 0.95,
+        "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
+        "overlap": cfg.overlap in (AUTO, "on", "off"),
+        "draft_replicas": cfg.draft_replicas >= 1,
+        "verifier_replicas": cfg.verifier_replicas >= 1,
+        "draft_vocab_size": cfg.draft_vocab_size >= 0,
+        "log_level": cfg.log_level in ("debug", "info", "warning", "error"),
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"invalid value for {key}: {getattr(cfg, key)!r}")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Convert a TOML/env/flag value to the field's type; raise ConfigError naming the key."""
+    default = _FIELDS[key].default
+    try:
+        if key == "tree_size":
+            return AUTO if str(value).strip().lower() == AUTO else int(value)
+        if isinstance(default, bool):
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if isinstance(default, tuple):
+            items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+            return tuple(str(v).strip() for v in items if str(v).strip())
+        if isinstance(default, int):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid value for {key}: {value!r}") from exc
+
+
+def load_config(
+    path: str | os.PathLike | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build a Config from defaults, a TOML file, environment variables and overrides.
+
+    Raises ConfigError for an unreadable file, unknown keys (named) or invalid values.
+    ``None`` values in ``overrides`` are ignored (unset command-line flags).
+    """
+    values: dict[str, Any] = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        data = data.get("treespec", data)
+        unknown = sorted(set(data) - set(_FIELDS))
+        if unknown:
+            raise ConfigError(f"unknown config key(s) in {path}: {', '.join(unknown)}")
+        values.update({k: _coerce(k, v) for k, v in data.items()})
+    env = os.environ if environ is None else environ
+    for name, raw in env.items():
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX):].lower()
+            if key in _FIELDS:
+                values[key] = _coerce(key, raw)
+    for key, value in (overrides or {}).items():
+        if key not in _FIELDS:
+            raise ConfigError(f"unknown config key: {key}")
+        if value is not None:
+            values[key] = _coerce(key, value)
+    return Config(**values)
+
+
+def env_var(key: str) -> str:
+    """The environment variable that sets config ``key`` (e.g. TREESPEC_TREE_SIZE)."""
+    if key not in _FIELDS:
+        raise ConfigError(f"unknown config key: {key}")
+    return ENV_PREFIX + key.upper()
+
+
+def config_keys() -> list[tuple[str, Any, str]]:
+    """(key, default, env var) for every key: the README's configuration table."""
+    return [(k, f.default, env_var(k)) for k, f in _FIELDS.items()]

@@ -1,0 +1,99 @@
+"""Tree attention: queries = new tokens + tree nodes, keys = committed prefix + themselves.
+
+The visibility rule (SpecInfer §4.2, Medusa §2.1.2): a query sees the whole committed
+prefix, the pending committed tokens causally, and among tree nodes only itself and its
+ancestors. ``build_mask`` turns that into a boolean ``[B, 1, T, S]`` mask; on CPU the
+attention itself is PyTorch SDPA with that explicit mask.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from common.modeling.kv_cache import KVCache
+from common.tree import ROOT, ancestor_mask
+
+
+def segment_mask(prefix_len: int, num_pending: int, parents: np.ndarray, width: int) -> np.ndarray:
+    """Visibility for one sequence: ``[num_pending + n, width]`` bool.
+
+    Columns: ``[0, prefix_len)`` committed KV, then the pending tokens, then the n tree
+    nodes (each tree node's root is the last pending token). Rows: pending tokens, then
+    tree nodes. ``width >= prefix_len + num_pending + n``; extra columns stay False.
+    """
+    n = len(parents)
+    t = num_pending + n
+    out = np.zeros((t, width), dtype=bool)
+    out[:, :prefix_len] = True
+    pend = np.tril(np.ones((num_pending, num_pending), dtype=bool))
+    out[:num_pending, prefix_len:prefix_len + num_pending] = pend
+    out[num_pending:, prefix_len:prefix_len + num_pending] = True
+    out[num_pending:, prefix_len + num_pending:prefix_len + t] = ancestor_mask(parents)
+    return out
+
+
+def segment_positions(prefix_len: int, num_pending: int, parents: np.ndarray) -> np.ndarray:
+    """Position ids ``[num_pending + n]`` int64: pending tokens count up from prefix_len,
+    tree nodes sit at (last pending position + depth)."""
+    from common.tree import positions
+    pend = np.arange(prefix_len, prefix_len + num_pending, dtype=np.int64)
+    return np.concatenate([pend, positions(parents, prefix_len + num_pending - 1)])
+
+
+def build_batch(prefix_lens: list[int], pending: list[list[int]], trees_tokens: list[np.ndarray],
+                trees_parents: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pad B segments (pending tokens + tree) into one forward batch.
+
+    Returns ``tokens [B, T]`` int64, ``positions [B, T]`` int64 and ``mask [B, 1, T, S]``
+    bool with ``T = max(len)`` and ``S = max(prefix_len + T)``. Padding rows see column 0
+    only (their outputs are ignored; this keeps every softmax row finite).
+    """
+    lens = [len(p) + len(t) for p, t in zip(pending, trees_tokens)]
+    T = max(lens)
+    S = max(pl + T for pl in prefix_lens)
+    B = len(lens)
+    tokens = np.zeros((B, T), np.int64)
+    pos = np.zeros((B, T), np.int64)
+    mask = np.zeros((B, 1, T, S), dtype=bool)
+    mask[:, :, :, 0] = True
+    for b in range(B):
+        tokens[b, :lens[b]] = np.concatenate([np.asarray(pending[b], np.int64), trees_tokens[b]])
+        pos[b, :lens[b]] = segment_positions(prefix_lens[b], len(pending[b]), trees_parents[b])
+        pos[b, lens[b]:] = pos[b, lens[b] - 1] if lens[b] else 0
+        mask[b, 0, :lens[b]] = segment_mask(prefix_lens[b], len(pending[b]), trees_parents[b], S)
+    return torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(mask)
+
+
+def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int],
+                   mask: torch.Tensor) -> torch.Tensor:
+    """Attention of new queries over each slot's cached rows.
+
+    Args:
+        q: ``[B, T, heads, D]`` queries (RoPE applied).
+        cache: holds K/V ``[slots, max_len, kv_heads, D]`` for ``layer``; the new tokens'
+            K/V must already be written.
+        mask: ``[B, 1, T, S]`` bool (True = attend).
+    Returns:
+        ``[B, T, heads * D]`` in q's dtype. GQA is handled by folding each KV head's
+        query group into the query axis, so K/V are never repeated.
+    """
+    B, T, H, D = q.shape
+    S = mask.shape[-1]
+    kvh = cache.k.shape[3]
+    g = H // kvh
+    if B == 1:
+        k = cache.k[layer, slots[0], :S].unsqueeze(0)  # [1, S, kvh, D] (view)
+        v = cache.v[layer, slots[0], :S].unsqueeze(0)
+    else:
+        idx = torch.tensor(slots, device=q.device)
+        k = cache.k[layer, :, :S][idx]  # [B, S, kvh, D]
+        v = cache.v[layer, :, :S][idx]
+    qg = q.view(B, T, kvh, g, D).permute(0, 2, 3, 1, 4).reshape(B, kvh, g * T, D)
+    m = mask.repeat(1, 1, g, 1) if g > 1 else mask  # [B, 1, g*T, S]
+    out = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=m)
+    return out.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, H * D)
+
+
+__all__ = ["ROOT", "build_batch", "segment_mask", "segment_positions", "tree_attention"]

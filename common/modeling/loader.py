@@ -1,0 +1,127 @@
+"""Load a main or draft model (GGUF file or HF directory) into a :class:`DecoderModel`.
+
+GGUF files are read through transformers (``from_pretrained(dir, gguf_file=...)``, which
+dequantizes them); the converted dense weights and tokenizer are then cached beside the
+model as safetensors (written atomically) so later starts take seconds, not a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from common.models import resolve
+from common.modeling.model import DecoderModel, ModelSpec
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class VocabularyMismatchError(ValueError):
+    """Draft and main models do not share a tokenizer (token -> id map)."""
+
+
+def convert_state_dict(sd: dict[str, torch.Tensor], spec: ModelSpec) -> dict[str, torch.Tensor]:
+    """transformers Qwen2/Llama state dict -> treespec weights (fused QKV and gate/up)."""
+    w = {"embed": sd["model.embed_tokens.weight"], "norm": sd["model.norm.weight"]}
+    w["lm_head"] = sd.get("lm_head.weight", w["embed"])
+    for i in range(spec.num_layers):
+        p = f"model.layers.{i}."
+        w[f"layers.{i}.qkv.weight"] = torch.cat([sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
+        if spec.qkv_bias:
+            w[f"layers.{i}.qkv.bias"] = torch.cat([sd[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])
+        w[f"layers.{i}.o.weight"] = sd[p + "self_attn.o_proj.weight"]
+        w[f"layers.{i}.gate_up.weight"] = torch.cat([sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])
+        w[f"layers.{i}.down.weight"] = sd[p + "mlp.down_proj.weight"]
+        w[f"layers.{i}.in_norm"] = sd[p + "input_layernorm.weight"]
+        w[f"layers.{i}.post_norm"] = sd[p + "post_attention_layernorm.weight"]
+    return {k: v.contiguous() for k, v in w.items()}
+
+
+def _cache_dir_for(path: Path, dtype: str) -> Path:
+    st = path.stat()
+    return path.parent / ".converted" / f"{path.stem}-{st.st_size}-{int(st.st_mtime)}-{dtype}"
+
+
+def _load_transformers(path: Path, dtype: torch.dtype):
+    """(ModelSpec, weights, tokenizer) from a GGUF file or HF directory via transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    kw = {"gguf_file": path.name} if path.is_file() else {}
+    root = path.parent if path.is_file() else path
+    hf = AutoModelForCausalLM.from_pretrained(root, dtype=dtype, **kw)
+    tok = AutoTokenizer.from_pretrained(root, **kw)
+    spec = ModelSpec.from_hf_config(hf.config)
+    weights = convert_state_dict({k: v.to(dtype) for k, v in hf.state_dict().items()}, spec)
+    return spec, weights, tok
+
+
+def _save_converted(target: Path, spec: ModelSpec, weights: dict, tok) -> None:
+    """Write the converted model to ``target`` atomically (temp dir + rename)."""
+    from safetensors.torch import save_file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    shared = weights["lm_head"].data_ptr() == weights["embed"].data_ptr()
+    save_file({k: v for k, v in weights.items() if not (shared and k == "lm_head")}, tmp / "weights.safetensors")
+    (tmp / "spec.json").write_text(json.dumps(asdict(spec)))
+    tok.save_pretrained(tmp / "tokenizer")
+    if target.exists():  # another process converted it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def load_weights(path_or_name: str, dtype: str = "bfloat16", cache: str | None = None):
+    """Return ``(spec, weights, tokenizer)`` for a packaged name, GGUF file or HF dir.
+
+    Raises FileNotFoundError (missing model) or ValueError (unknown dtype / architecture).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    path = resolve(path_or_name, cache)
+    conv = _cache_dir_for(path, dtype)
+    if conv.exists():
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+        spec = ModelSpec(**json.loads((conv / "spec.json").read_text()))
+        weights = load_file(conv / "weights.safetensors")
+        weights.setdefault("lm_head", weights["embed"])
+        return spec, weights, AutoTokenizer.from_pretrained(conv / "tokenizer")
+    spec, weights, tok = _load_transformers(path, DTYPES[dtype])
+    try:
+        _save_converted(conv, spec, weights, tok)
+    except OSError as exc:  # read-only model volume: run without the cache
+        log.warning("cannot cache converted weights at %s: %s", conv, exc)
+    return spec, weights, tok
+
+
+def load_model(path_or_name: str, dtype: str = "bfloat16", device: str = "cpu",
+               head_ids: torch.Tensor | None = None, cache: str | None = None):
+    """Load ``(DecoderModel, tokenizer)``; ``head_ids`` restricts the LM head (FR-Spec)."""
+    spec, weights, tok = load_weights(path_or_name, dtype, cache)
+    weights = {k: v.to(device) for k, v in weights.items()}
+    return DecoderModel(spec, weights, DTYPES[dtype], device, head_ids), tok
+
+
+def check_same_vocabulary(main_tok, draft_tok, main_rows: int, draft_rows: int) -> str | None:
+    """Ensure draft and main map every token to the same id.
+
+    Embedding row counts may differ by padding (e.g. 151936 vs 152064): that returns a
+    note to log. Raises VocabularyMismatchError naming both vocabularies otherwise.
+    """
+    mv, dv = main_tok.get_vocab(), draft_tok.get_vocab()
+    if mv != dv:
+        diff = sum(1 for t, i in dv.items() if mv.get(t) != i)
+        raise VocabularyMismatchError(
+            f"draft tokenizer ({len(dv)} tokens, {type(draft_tok).__name__}) does not match the main "
+            f"model's ({len(mv)} tokens, {type(main_tok).__name__}): {diff} draft tokens map to other ids")
+    if main_rows != draft_rows:
+        return f"embedding rows differ (main {main_rows}, draft {draft_rows}); rows past {len(mv)} are padding"
+    return None

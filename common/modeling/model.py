@@ -1,0 +1,161 @@
+"""A lean Qwen2 / Llama decoder with slot KV cache and tree attention.
+
+Same math as transformers' Qwen2/Llama (RMSNorm in fp32, rotate-half RoPE, GQA, SwiGLU),
+with fused QKV and gate/up projections and no per-call cache objects, so that one
+forward over ``(new committed tokens + tree nodes)`` of several sequences is a handful of
+matmuls per layer (nano-vllm / gpt-fast style). Weights come from a transformers
+state dict (see ``loader.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from common.modeling.attention import tree_attention
+from common.modeling.kv_cache import KVCache
+from common.modeling.quant import int4_linear
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture hyperparameters (from a transformers config)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float
+    rms_eps: float
+    qkv_bias: bool
+    max_positions: int = 32768
+
+    @classmethod
+    def from_hf_config(cls, cfg) -> "ModelSpec":
+        """Read a transformers Qwen2Config / LlamaConfig."""
+        rope = getattr(cfg, "rope_theta", None)
+        if rope is None:
+            rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return cls(
+            vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_hidden_layers, num_heads=cfg.num_attention_heads,
+            num_kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
+            intermediate_size=cfg.intermediate_size, rope_theta=float(rope),
+            rms_eps=cfg.rms_norm_eps, qkv_bias=cfg.model_type == "qwen2",
+            max_positions=getattr(cfg, "max_position_embeddings", 32768))
+
+
+def linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias``; ``weight`` is a dense ``[N, K]`` tensor or an int4
+    ``(packed, scales_zeros)`` pair from ``quant.quantize_weights``."""
+    if isinstance(weight, tuple):
+        y = int4_linear(x, *weight)
+        return y if bias is None else y + bias
+    return F.linear(x, weight, bias)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm computed in fp32 and cast back (as transformers does). x: ``[..., H]``."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def rope_tables(spec: ModelSpec, length: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin tables ``[length, head_dim]`` for rotate-half RoPE (RoFormer, §3.4)."""
+    inv = 1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float32) / spec.head_dim))
+    freqs = torch.outer(torch.arange(length, dtype=torch.float32), inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype).to(device), emb.sin().to(dtype).to(device)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: ``[B, T, heads, D]``; cos/sin: ``[B, T, D]`` gathered at the position ids."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+
+class DecoderModel:
+    """Qwen2/Llama decoder over a :class:`KVCache`.
+
+    Parameters live in a plain dict of tensors (``weights``) so that tensor-parallel
+    sharding (``services/verifier/tensor_parallel.py``) can replace them without touching
+    the math. ``head_ids`` (``[K]`` int64, optional) restricts the LM head to K rows
+    (FR-Spec, arXiv 2502.14856 §3) — logits are then over those K token ids.
+    """
+
+    def __init__(self, spec: ModelSpec, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                 device: str = "cpu", head_ids: torch.Tensor | None = None, group=None) -> None:
+        self.spec, self.w, self.dtype, self.device, self.group = spec, weights, dtype, device, group
+        tp = 1 if group is None else torch.distributed.get_world_size(group)
+        self.local_heads = spec.num_heads // tp
+        self.head_ids = head_ids
+        head = weights["lm_head"]
+        self.head_weight = head if head_ids is None else head[head_ids].contiguous()
+        self._cos, self._sin = rope_tables(spec, spec.max_positions, dtype, device)
+
+    def _local_kv(self) -> int:
+        tp = 1 if self.group is None else torch.distributed.get_world_size(self.group)
+        return self.spec.num_kv_heads // tp
+
+    def new_cache(self, slots: int, max_len: int) -> KVCache:
+        """A KVCache shaped for this model (this rank's KV heads)."""
+        s = self.spec
+        return KVCache(s.num_layers, slots, max_len, self._local_kv(), s.head_dim, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                slots: list[int], mask: torch.Tensor) -> torch.Tensor:
+        """Run new tokens of B sequences through the decoder.
+
+        Args:
+            tokens: ``[B, T]`` int64, right-padded.
+            positions: ``[B, T]`` int64 RoPE position ids (prefix length + depth for tree nodes).
+            cache: their K/V are written at rows ``lengths[slot] + t`` of each slot.
+            slots: B slot ids.
+            mask: ``[B, 1, T, S]`` bool, True = may attend; S = max(length + T).
+        Returns:
+            hidden states ``[B, T, hidden]`` after the final norm.
+        """
+        B, T = tokens.shape
+        x = self.w["embed"][tokens]  # [B, T, H]
+        cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D]
+        starts = [cache.lengths[s] for s in slots]
+        for layer in range(self.spec.num_layers):
+            x = self._block(layer, x, cos, sin, cache, slots, starts, mask)
+        return rms_norm(x, self.w["norm"], self.spec.rms_eps)
+
+    def _block(self, i: int, x, cos, sin, cache: KVCache, slots, starts, mask) -> torch.Tensor:
+        """One pre-norm transformer block; x: ``[B, T, H]``."""
+        w, s = self.w, self.spec
+        B, T, _ = x.shape
+        kvh = self._local_kv()
+        h = rms_norm(x, w[f"layers.{i}.in_norm"], s.rms_eps)
+        qkv = linear(h, w[f"layers.{i}.qkv.weight"], w.get(f"layers.{i}.qkv.bias"))
+        q, k, v = qkv.view(B, T, -1, s.head_dim).split([self.local_heads, kvh, kvh], dim=2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # [B, T, heads, D]
+        for b, slot in enumerate(slots):
+            cache.write(i, slot, starts[b], k[b], v[b])
+        attn = tree_attention(q, cache, i, slots, mask)  # [B, T, heads * D]
+        x = x + self._reduce(linear(attn, w[f"layers.{i}.o.weight"]))
+        h = rms_norm(x, w[f"layers.{i}.post_norm"], s.rms_eps)
+        gate, up = linear(h, w[f"layers.{i}.gate_up.weight"]).chunk(2, dim=-1)
+        return x + self._reduce(linear(F.silu(gate) * up, w[f"layers.{i}.down.weight"]))
+
+    def _reduce(self, y: torch.Tensor) -> torch.Tensor:
+        """Sum row-parallel partial outputs across tensor-parallel ranks (no-op at TP=1)."""
+        if self.group is not None:
+            torch.distributed.all_reduce(y, group=self.group)
+        return y
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head: ``[N, H]`` -> fp32 logits ``[N, V]`` (or ``[N, K]`` with ``head_ids``)."""
+        return F.linear(hidden, self.head_weight).float()

@@ -1,0 +1,54 @@
+"""Weight-only int4 quantization for the draft model (CPU kernel).
+
+The draft is memory-bandwidth bound on CPU (each step streams all its weights), so
+4-bit weights make a draft step ~3x cheaper. Speculation stays lossless: only the
+*draft* is quantized; the main model that decides every token is untouched.
+Scheme: asymmetric, per group of ``GROUP`` input channels (as in GPTQ/AWQ and gpt-fast's
+int4 path): ``w ~= q * scale + min`` with ``q`` in 0..15, packed by
+``torch.ops.aten._convert_weight_to_int4pack_for_cpu``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+GROUP = 64  # input channels per scale/zero pair
+INNER_K_TILES = 2  # packing layout expected by the CPU int4 kernel
+
+
+def int4_supported(weight: torch.Tensor) -> bool:
+    """True when ``weight`` ([N, K]) can use the CPU int4 kernel (K % GROUP == 0, N % 8 == 0)."""
+    n, k = weight.shape
+    return weight.device.type == "cpu" and k % GROUP == 0 and n % 8 == 0
+
+
+def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``weight`` ``[N, K]`` -> (packed weight, scales_and_zeros ``[K/GROUP, N, 2]`` bf16)."""
+    n, k = weight.shape
+    w = weight.float().reshape(n, k // GROUP, GROUP)
+    lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=1e-6)
+    q = ((w - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    zero = lo + scale * 8  # the kernel computes (q - 8) * scale + zero
+    sz = torch.cat([scale, zero], dim=-1).permute(1, 0, 2).contiguous().to(torch.bfloat16)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INNER_K_TILES)
+    return packed, sz
+
+
+def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[..., K]`` bf16 times a packed int4 ``[N, K]`` weight -> ``[..., N]`` bf16."""
+    shape = x.shape
+    y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, shape[-1]), packed, GROUP, scales_zeros)
+    return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def quantize_weights(weights: dict[str, torch.Tensor]) -> dict[str, object]:
+    """Replace every projection matrix ``*.weight`` that the kernel supports with
+    ``(packed, scales_zeros)``; embeddings, norms, biases and the LM head stay as they are."""
+    out: dict[str, object] = {}
+    for name, t in weights.items():
+        if name.endswith(".weight") and t.dim() == 2 and int4_supported(t):
+            out[name] = quantize_int4(t)
+        else:
+            out[name] = t
+    return out

@@ -1,0 +1,166 @@
+"""The scheduler's synchronous core: request state, admission, round planning, commit.
+
+No sockets and no torch: the event loop (``loop.py``) or the in-process engine
+(``local.py``) feeds it messages and sends what it returns. One round for the running
+batch is: ``draft_step`` -> DraftResult -> ``verify_step`` -> VerifyResult -> ``commit``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from common import wire
+from common.wire import FinishReason
+
+SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant to decorrelate per-round seeds
+
+
+@dataclass
+class Sequence:
+    """All state of one request. ``draft_seen`` / ``verifier_seen``: how many of
+    ``prompt + output`` tokens the assigned workers hold in their KV caches."""
+
+    request_id: str
+    prompt: list[int]
+    params: wire.SamplingParams
+    eos_ids: frozenset[int]
+    seed: int
+    output: list[int] = field(default_factory=list)
+    draft_seen: int = 0
+    verifier_seen: int = 0
+    draft_replica: str | None = None
+    verifier_replica: str | None = None
+    finish: FinishReason | None = None
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    def round_seed(self) -> int:
+        """Per-round generator seed: a function of the request seed and committed length,
+        so a seeded request samples the same tokens however it is batched or re-placed."""
+        return (self.seed * SEED_MIX + len(self.prompt) + len(self.output)) % (2**63)
+
+    def reset_placement(self, role: wire.Role) -> None:
+        """Forget a lost worker's KV: the next round re-prefills from position 0."""
+        if role == wire.Role.DRAFT:
+            self.draft_seen, self.draft_replica = 0, None
+        else:
+            self.verifier_seen, self.verifier_replica = 0, None
+
+
+class AdmissionError(Exception):
+    """Submit refused; ``status`` is the HTTP status the gateway should answer (429/400)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class SchedulerCore:
+    """Owns every request; bounded running set + bounded FIFO queue."""
+
+    def __init__(self, max_running: int, max_queue: int, max_model_len: int, eos_ids: set[int]) -> None:
+        self.max_running, self.max_queue, self.max_model_len = max_running, max_queue, max_model_len
+        self.eos_ids = frozenset(eos_ids)
+        self.running: dict[str, Sequence] = {}
+        self.waiting: deque[Sequence] = deque()
+        self.num_drafts = self.num_draft_tokens = self.num_accepted = 0
+        self.accepted_per_pos: list[int] = []
+
+    def submit(self, msg: wire.Submit) -> Sequence:
+        """Queue a request; raises AdmissionError (400 invalid, 429 queue full)."""
+        p = msg.params
+        if not msg.prompt:
+            raise AdmissionError(400, "prompt is empty")
+        if p.max_tokens < 1:
+            raise AdmissionError(400, "max_tokens must be at least 1")
+        if len(msg.prompt) + p.max_tokens > self.max_model_len:
+            raise AdmissionError(400, f"prompt ({len(msg.prompt)} tokens) + max_tokens ({p.max_tokens}) "
+                                      f"exceeds the context length {self.max_model_len}")
+        if msg.request_id in self.running or any(s.request_id == msg.request_id for s in self.waiting):
+            raise AdmissionError(400, f"duplicate request id {msg.request_id}")
+        if len(self.running) >= self.max_running and len(self.waiting) >= self.max_queue:
+            raise AdmissionError(429, "the request queue is full")
+        seed = p.seed if p.seed is not None else random.getrandbits(62)
+        seq = Sequence(msg.request_id, list(msg.prompt), p, self.eos_ids, seed)
+        self.waiting.append(seq)
+        return seq
+
+    def admit(self, capacity: int | None = None) -> list[Sequence]:
+        """Move waiting requests into the running set (FIFO) while there is room."""
+        room = self.max_running if capacity is None else min(self.max_running, capacity)
+        moved = []
+        while self.waiting and len(self.running) < room:
+            seq = self.waiting.popleft()
+            self.running[seq.request_id] = seq
+            moved.append(seq)
+        return moved
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Remove a request wherever it is; returns it (finish = ABORT) or None."""
+        seq = self.running.pop(request_id, None)
+        if seq is None:
+            for s in list(self.waiting):
+                if s.request_id == request_id:
+                    self.waiting.remove(s)
+                    seq = s
+        if seq is not None and seq.finish is None:
+            seq.finish = FinishReason.ABORT
+        return seq
+
+    def draft_seq(self, seq: Sequence, tree_size: int, max_depth: int) -> wire.DraftSeq:
+        """The draft-step entry for ``seq``; marks its new tokens as sent to the draft."""
+        toks = seq.tokens
+        entry = wire.DraftSeq(seq.request_id, seq.draft_seen, toks[seq.draft_seen:], tree_size, max_depth,
+                              seq.params.temperature, seq.params.top_p, seq.params.top_k)
+        seq.draft_seen = len(toks)
+        return entry
+
+    def verify_seq(self, seq: Sequence, tree: wire.Tree) -> wire.VerifySeq:
+        """The verify-step entry for ``seq`` with its draft ``tree``."""
+        p = seq.params
+        hist = seq.output if (p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0) else []
+        return wire.VerifySeq(seq.request_id, seq.verifier_seen, seq.tokens[seq.verifier_seen:], tree, p,
+                              hist, seq.round_seed())
+
+    def commit(self, seq: Sequence, tree_tokens: list[int], out: wire.VerifyOut) -> wire.TokenDelta:
+        """Apply a verification result: accepted tokens + bonus, truncated at the first
+        stop (EOS / stop id after min_tokens, max_tokens, context limit)."""
+        seq.verifier_seen = len(seq.tokens) + len(out.accepted)
+        new = [tree_tokens[a] for a in out.accepted] + [out.bonus]
+        self._count(len(tree_tokens), len(out.accepted))
+        kept = []
+        for tok in new:
+            kept.append(tok)
+            seq.output.append(tok)
+            seq.finish = self._stop_reason(seq, tok)
+            if seq.finish is not None:
+                break
+        lps = out.logprobs[: len(kept)] if out.logprobs is not None else None
+        if seq.finish is not None:
+            self.running.pop(seq.request_id, None)
+        return wire.TokenDelta(seq.request_id, kept, lps, seq.finish, prompt_tokens=len(seq.prompt))
+
+    def _stop_reason(self, seq: Sequence, tok: int) -> FinishReason | None:
+        p = seq.params
+        n = len(seq.output)
+        if n >= p.min_tokens and ((tok in seq.eos_ids and not p.ignore_eos) or tok in p.stop_token_ids):
+            return FinishReason.STOP
+        if n >= p.max_tokens or len(seq.prompt) + n >= self.max_model_len:
+            return FinishReason.LENGTH
+        return None
+
+    def _count(self, drafted: int, accepted: int) -> None:
+        """Speculation counters (vLLM's spec_decode_* semantics)."""
+        if drafted == 0:
+            return
+        self.num_drafts += 1
+        self.num_draft_tokens += drafted
+        self.num_accepted += accepted
+        while len(self.accepted_per_pos) < accepted:
+            self.accepted_per_pos.append(0)
+        for i in range(accepted):
+            self.accepted_per_pos[i] += 1

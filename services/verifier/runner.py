@@ -1,0 +1,104 @@
+"""Tree verification: one batched main-model forward over every sequence's (new committed
+tokens + draft tree), acceptance, and commit of the accepted path's KV rows."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from common import wire
+from common.modeling.kv_cache import KVCache
+from common.modeling.model import DecoderModel
+from common.modeling.runner import forward_segments
+from common.modeling.sampling import apply_penalties, greedy, probs_from_logits
+from common.modeling.slots import SlotTable
+from common.tree import TokenTree, children, path_to
+from services.verifier.acceptance import greedy_accept, sample_accept
+
+
+class VerifierRunner:
+    """Owns the main model and its KV cache; ``step`` answers one VerifyStep."""
+
+    def __init__(self, model: DecoderModel, slots: int, max_len: int) -> None:
+        self.model = model
+        self.cache: KVCache = model.new_cache(slots, max_len)
+        self.table = SlotTable(self.cache)
+
+    def free(self, seq_ids: list[str]) -> None:
+        self.table.free(seq_ids)
+
+    def step(self, msg: wire.VerifyStep) -> wire.VerifyResult:
+        """Score all trees in one forward pass, accept, commit; unknown sequences are lost."""
+        t0 = time.perf_counter()
+        seqs, lost = self.table.resolve(msg.seqs)
+        lost += [s.seq_id for s in seqs if not s.new_tokens]
+        seqs = [s for s in seqs if s.new_tokens]
+        outs = self._verify(seqs) if seqs else {}
+        return wire.VerifyResult(msg.round, outs, lost, (time.perf_counter() - t0) * 1e3)
+
+    def _verify(self, seqs: list[wire.VerifySeq]) -> dict[str, wire.VerifyOut]:
+        slots = [self.table.slot(s.seq_id) for s in seqs]
+        trees = [wire.tree_from_wire(s.tree) for s in seqs]
+        hidden = forward_segments(self.model, self.cache, slots, [s.new_tokens for s in seqs],
+                                  [t.tokens for t in trees], [t.parents for t in trees])
+        # rows scored: the root (last new token) and every tree node -> [n + 1, H] each
+        scored = [h[len(s.new_tokens) - 1:] for h, s in zip(hidden, seqs)]
+        logits = self.model.logits(torch.cat(scored))  # [sum(n + 1), V] fp32
+        outs, offset = {}, 0
+        for s, slot, tree in zip(seqs, slots, trees):
+            lg = logits[offset:offset + len(tree) + 1]
+            offset += len(tree) + 1
+            outs[s.seq_id] = self._accept(s, tree, lg)
+            base, p = self.cache.lengths[slot], len(s.new_tokens)
+            keep = list(range(base, base + p)) + [base + p + i for i in outs[s.seq_id].accepted]
+            self.cache.commit(slot, keep)
+        return outs
+
+    def _accept(self, s: wire.VerifySeq, tree: TokenTree, lg: torch.Tensor) -> wire.VerifyOut:
+        """Acceptance for one sequence; lg: ``[n + 1, V]`` raw fp32 logits."""
+        prm = s.params
+        kids = children(tree.parents)
+        scores = penalized(lg, prm, tree, s.history)
+        if prm.temperature <= 0:
+            accepted, bonus = greedy_accept(tree.tokens, kids, greedy(scores).numpy())
+        else:
+            probs = probs_from_logits(scores, prm.temperature, prm.top_k, prm.top_p)
+            gen = torch.Generator().manual_seed(s.seed)
+            accepted, bonus = sample_accept(tree.tokens, kids, probs, gen)
+        lps = token_logprobs(lg, tree, accepted, bonus, prm.logprobs) if prm.logprobs is not None else None
+        return wire.VerifyOut(accepted, bonus, lps)
+
+
+def penalized(lg: torch.Tensor, prm: wire.SamplingParams, tree: TokenTree, history: list[int]) -> torch.Tensor:
+    """Apply presence/frequency/repetition penalties row by row: row 0 (root) counts the
+    output so far, row 1 + i also counts the path to node i. Returns lg unchanged when off."""
+    if not (prm.presence_penalty or prm.frequency_penalty or prm.repetition_penalty != 1.0):
+        return lg
+    counts = torch.zeros_like(lg)  # [n + 1, V]
+    if history:
+        counts[:] = torch.bincount(torch.tensor(history), minlength=lg.shape[1])[: lg.shape[1]].float()
+    for i in range(len(tree)):
+        for node in path_to(tree.parents, i):
+            counts[i + 1, int(tree.tokens[node])] += 1
+    return apply_penalties(lg, counts, prm.presence_penalty, prm.frequency_penalty, prm.repetition_penalty)
+
+
+def token_logprobs(lg: torch.Tensor, tree: TokenTree, accepted: list[int], bonus: int,
+                   top: int) -> list[wire.TokenLogprob]:
+    """Main-model log-probabilities (raw logits, before sampling transforms) of each
+    committed token (accepted tokens then the bonus), with ``top`` alternatives each."""
+    rows = [0] + [1 + a for a in accepted]  # the distribution each token was drawn from
+    toks = [int(tree.tokens[a]) for a in accepted] + [bonus]
+    lp = torch.log_softmax(lg[rows], dim=-1)  # [k + 1, V]
+    out = []
+    for r, t in enumerate(toks):
+        alts = []
+        if top:
+            v, i = torch.topk(lp[r], top)
+            alts = [(int(a), float(b)) for a, b in zip(i.tolist(), v.tolist())]
+        out.append(wire.TokenLogprob(float(lp[r, t]), alts))
+    return out
+
+
+__all__ = ["VerifierRunner", "penalized", "token_logprobs"]
