@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from common.models import resolve
+from common.modeling import tiny
 from common.modeling.model import DecoderModel, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,10 @@ def load_weights(path_or_name: str, dtype: str = "bfloat16", cache: str | None =
     """
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    if tiny.is_tiny(path_or_name):
+        seed, scale = tiny.parse(path_or_name)
+        spec = tiny.tiny_spec()
+        return spec, tiny.tiny_weights(spec, seed, DTYPES[dtype], scale), packaged_tokenizer(cache)
     path = resolve(path_or_name, cache)
     conv = _cache_dir_for(path, dtype)
     if conv.exists():
@@ -100,6 +105,25 @@ def load_weights(path_or_name: str, dtype: str = "bfloat16", cache: str | None =
     except OSError as exc:  # read-only model volume: run without the cache
         log.warning("cannot cache converted weights at %s: %s", conv, exc)
     return spec, weights, tok
+
+
+def packaged_tokenizer(cache: str | None = None):
+    """The Qwen2.5 tokenizer of the packaged draft model, or None if it is not fetched."""
+    try:
+        return load_weights_tokenizer_only("qwen2.5-coder-0.5b", cache)
+    except FileNotFoundError:
+        return None
+
+
+def load_weights_tokenizer_only(path_or_name: str, cache: str | None = None):
+    """Load only the tokenizer of a model (from the converted cache when present)."""
+    from transformers import AutoTokenizer
+    path = resolve(path_or_name, cache)
+    for conv in sorted((path.parent / ".converted").glob(f"{path.stem}-{path.stat().st_size}-*")):
+        if (conv / "tokenizer").exists():
+            return AutoTokenizer.from_pretrained(conv / "tokenizer")
+    kw = {"gguf_file": path.name} if path.is_file() else {}
+    return AutoTokenizer.from_pretrained(path.parent if path.is_file() else path, **kw)
 
 
 def load_model(path_or_name: str, dtype: str = "bfloat16", device: str = "cpu",
