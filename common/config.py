@@ -38,6 +38,7 @@ class Config:
     dtype: str = "bfloat16"  # float32 | bfloat16 | float16
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
+    draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none; the main model is never quantized
     host: str = "127.0.0.1"
     port: int = 8000
     scheduler_address: str = "tcp://127.0.0.1:5710"  # the scheduler binds, everyone connects
@@ -84,6 +85,7 @@ def _validate(cfg: Config) -> None:
         "kv_memory_fraction": 0.05 <= cfg.kv_memory_fraction <= 0.95,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
         "overlap": cfg.overlap in (AUTO, "on", "off"),
+        "draft_quantization": cfg.draft_quantization in ("int4", "none"),
         "draft_replicas": cfg.draft_replicas >= 1,
         "verifier_replicas": cfg.verifier_replicas >= 1,
         "draft_vocab_size": cfg.draft_vocab_size >= 0,

@@ -1,0 +1,91 @@
+"""Build draft / verifier runners (and the in-process engine) from a Config."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from common.config import Config
+from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES
+from common.modeling.model import DecoderModel
+from common.modeling.quant import quantize_weights
+
+log = logging.getLogger(__name__)
+
+
+def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
+    """The draft model: int4 weights on CPU (``draft_quantization``), LM head restricted to
+    the ``draft_vocab_size`` lowest token ids (FR-Spec, arXiv 2502.14856 §3.1: byte-level
+    BPE assigns ids in merge order, so low ids are the frequent tokens)."""
+    spec, weights, tok = load_weights(cfg.draft_model_path, cfg.dtype)
+    if cfg.draft_quantization == "int4" and cfg.device == "cpu" and cfg.dtype == "bfloat16":
+        weights = quantize_weights(weights)
+    head_ids = None
+    if 0 < cfg.draft_vocab_size < spec.vocab_size:
+        head_ids = torch.arange(cfg.draft_vocab_size, device=cfg.device)
+        specials = _special_ids(tok, spec.vocab_size)
+        head_ids = torch.unique(torch.cat([head_ids, torch.tensor(specials, dtype=torch.long)]))
+    weights = {k: (tuple(t.to(cfg.device) for t in v) if isinstance(v, tuple) else v.to(cfg.device))
+               for k, v in weights.items()}
+    return DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device, head_ids), tok
+
+
+def _special_ids(tok, vocab: int) -> list[int]:
+    """Special tokens (EOS, chat markers) that must stay proposable by the draft."""
+    if tok is None:
+        return []
+    ids = set(getattr(tok, "all_special_ids", []) or [])
+    return sorted(i for i in ids if 0 <= i < vocab)
+
+
+def main_model(cfg: Config) -> tuple[DecoderModel, object]:
+    """The main (target) model, never quantized."""
+    spec, weights, tok = load_weights(cfg.main_model_path, cfg.dtype)
+    weights = {k: v.to(cfg.device) for k, v in weights.items()}
+    return DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device), tok
+
+
+def check_pair(main_tok, draft_tok, main: DecoderModel, draft: DecoderModel) -> None:
+    """Refuse a draft whose tokenizer differs from the main model's (VocabularyMismatchError)."""
+    if main_tok is None or draft_tok is None:
+        if main.spec.vocab_size != draft.spec.vocab_size:
+            raise ValueError(f"vocabulary sizes differ: main {main.spec.vocab_size}, draft {draft.spec.vocab_size}")
+        return
+    note = check_same_vocabulary(main_tok, draft_tok, main.spec.vocab_size, draft.spec.vocab_size)
+    if note:
+        log.info("draft/main vocabulary: %s", note)
+
+
+def eos_ids(tok) -> set[int]:
+    """Token ids that end generation: the tokenizer's EOS plus Qwen's end-of-turn markers."""
+    if tok is None:
+        return set()
+    vocab = tok.get_vocab()
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    return ids | {vocab[t] for t in ("<|im_end|>", "<|endoftext|>") if t in vocab}
+
+
+def build_local_engine(cfg: Config, slots: int = 4, tree: tuple[int, int] | None = None):
+    """(LocalEngine, tokenizer) running draft + main model in this process.
+
+    ``tree`` = (tree_size, max_depth) overrides the config; tree_size 0 = plain decoding.
+    """
+    from services.draft.runner import DraftRunner
+    from services.scheduler.core import SchedulerCore
+    from services.scheduler.local import LocalEngine
+    from services.scheduler.tree_policy import static_tree
+    from services.verifier.runner import VerifierRunner
+    main, tok = main_model(cfg)
+    size, depth = tree or static_tree(cfg)
+    draft = None
+    if size > 0:
+        dmodel, dtok = draft_model(cfg)
+        check_pair(tok, dtok, main, dmodel)
+        draft = DraftRunner(dmodel, slots, cfg.max_model_len + TREE_HEADROOM)
+    verifier = VerifierRunner(main, slots, cfg.max_model_len + TREE_HEADROOM)
+    core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))
+    return LocalEngine(core, verifier, draft, size, depth), tok
+
+
+TREE_HEADROOM = 256  # KV rows past max_model_len for tree nodes being verified / drafted
