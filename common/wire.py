@@ -1,7 +1,7 @@
 """Every message that crosses a process boundary, and its msgpack encoding.
 
 A frame on the wire is one msgpack map (encoded and validated by msgspec; any msgpack
-library can read it) tagged with ``"t"`` = the message type, plus the protocol version
+library can read it) tagged with ``"type"`` = the message type, plus the protocol version
 ``"v"``. Arrays travel as ``Array`` (dtype, shape, raw bytes): never pickle. Decoding
 checks types, the frame size, every array's dtype/shape/byte count and the version, and
 raises :class:`WireError`; callers log and drop such frames.

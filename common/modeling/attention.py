@@ -80,7 +80,9 @@ def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int]
         query group into the query axis, so K/V are never repeated.
     """
     B, T, H, D = q.shape
-    S = mask.shape[-1]
+    # a padded batch may be wider than a slot; real rows never see columns past max_len
+    S = min(mask.shape[-1], cache.max_len)
+    mask = mask[..., :S]
     kvh = cache.k.shape[3]
     g = H // kvh
     if B == 1:

@@ -68,9 +68,13 @@ class KVCache:
                 f"slot {slot}: {self.lengths[slot]} + {extra} tokens exceeds max_len {self.max_len}")
 
     def write(self, layer: int, slot: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store rows ``[start, start + t)``; ``k``/``v``: ``[t, kv_heads, head_dim]``."""
-        self.k[layer, slot, start:start + k.shape[0]] = k
-        self.v[layer, slot, start:start + v.shape[0]] = v
+        """Store rows ``[start, start + t)``; ``k``/``v``: ``[t, kv_heads, head_dim]``.
+
+        Rows past ``max_len`` are dropped: in a padded batch they are padding (``check_room``
+        guarantees that every real row fits)."""
+        t = max(0, min(k.shape[0], self.max_len - start))
+        self.k[layer, slot, start:start + t] = k[:t]
+        self.v[layer, slot, start:start + t] = v[:t]
 
     def commit(self, slot: int, rows: list[int]) -> None:
         """Append rows (absolute indices >= length, ascending) to the committed prefix.

@@ -1,0 +1,107 @@
+"""Tree attention: visibility masks, positions, batching, and equality with sequential decoding."""
+
+import numpy as np
+import pytest
+import torch
+
+from common.modeling.attention import build_batch, segment_mask, segment_positions
+from common.modeling.runner import PREFILL_ALONE, batches, forward_segments
+from common.tree import ROOT, path_to
+
+EMPTY_I64, EMPTY_I32 = np.zeros(0, np.int64), np.zeros(0, np.int32)
+
+
+class TestSegmentMask:
+    def test_hand_worked(self):
+        """Prefix 2, pending 2, tree (n0, n1 child of n0, n2): committed columns for all,
+        pending causal, tree nodes see all pending plus their ancestors; padding column stays False."""
+        expected = np.array([
+            # prefix | pending | n0 n1 n2 | pad
+            [1, 1, 1, 0, 0, 0, 0, 0],
+            [1, 1, 1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 1, 1, 0, 0, 0],
+            [1, 1, 1, 1, 1, 1, 0, 0],
+            [1, 1, 1, 1, 0, 0, 1, 0],
+        ], dtype=bool)
+        np.testing.assert_array_equal(segment_mask(2, 2, np.array([ROOT, 0, ROOT]), 8), expected)
+
+    def test_positions(self):
+        """Pending tokens count up from the prefix; nodes sit at last pending position + depth."""
+        np.testing.assert_array_equal(segment_positions(2, 2, np.array([ROOT, 0, ROOT])), [2, 3, 4, 5, 4])
+
+
+class TestBuildBatch:
+    def test_padding(self):
+        """Shorter segments are right-padded; padding rows attend to column 0 only."""
+        tok, pos, mask = build_batch([3, 0], [[7], [1, 2, 3]], [np.array([8, 9]), EMPTY_I64],
+                                     [np.array([ROOT, ROOT]), EMPTY_I32])
+        assert tok.shape == (2, 3) and mask.shape == (2, 1, 3, 6)
+        assert tok.tolist() == [[7, 8, 9], [1, 2, 3]]
+        assert pos.tolist() == [[3, 4, 4], [0, 1, 2]]
+        np.testing.assert_array_equal(mask[1, 0, :, :3].numpy(), np.tril(np.ones((3, 3), bool)))
+        assert not mask[1, 0, :, 3:].any()
+        assert mask[0, 0, 2].tolist() == [True, True, True, True, False, True]
+
+    def test_long_segments_run_alone(self):
+        """Segments longer than PREFILL_ALONE get their own batch; short ones share one."""
+        assert batches([1, PREFILL_ALONE + 1, 5, PREFILL_ALONE]) == [[0, 2, 3], [1]]
+
+
+class TestTreeForward:
+    def test_tree_node_equals_sequential_decoding(self, tiny_main):
+        """The hidden state of every tree node equals the last hidden of prompt + root + path
+        decoded sequentially (the tree only changes visibility, not the math)."""
+        cache = tiny_main.new_cache(2, 64)
+        prompt, root = [11, 22, 33, 44, 55], 66
+        parents = np.array([ROOT, ROOT, 0, 0, 2, 1], np.int32)
+        tokens = np.array([101, 102, 103, 104, 105, 106], np.int64)
+        a, b = cache.allocate(), cache.allocate()
+        forward_segments(tiny_main, cache, [a], [prompt], [EMPTY_I64], [EMPTY_I32])
+        cache.commit(a, list(range(len(prompt))))
+        tree_h = forward_segments(tiny_main, cache, [a], [[root]], [tokens], [parents])[0]
+        for i in range(len(tokens)):
+            seq = prompt + [root] + [int(tokens[j]) for j in path_to(parents, i)]
+            cache.truncate(b, 0)
+            h = forward_segments(tiny_main, cache, [b], [seq], [EMPTY_I64], [EMPTY_I32])[0]
+            torch.testing.assert_close(tree_h[1 + i], h[-1], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(tree_h[0], h[len(prompt)], atol=1e-4, rtol=1e-4)
+
+    def test_batched_equals_alone(self, tiny_main):
+        """Several sequences with different prefix lengths in one forward match one at a time."""
+        cache = tiny_main.new_cache(6, 64)
+        prompts = [[5, 6, 7], list(range(100, 117)), [9]]
+        pend = [[8], [3, 4], [10, 11, 12]]
+        trees = [(np.array([1, 2, 3]), np.array([ROOT, 0, 0])), (EMPTY_I64, EMPTY_I32),
+                 (np.array([4, 5]), np.array([ROOT, 0]))]
+        slots = [[cache.allocate() for _ in prompts] for _ in range(2)]
+        for group in slots:
+            for s, p in zip(group, prompts):
+                forward_segments(tiny_main, cache, [s], [p], [EMPTY_I64], [EMPTY_I32])
+                cache.commit(s, list(range(len(p))))
+        together = forward_segments(tiny_main, cache, slots[0], pend, [t for t, _ in trees], [p for _, p in trees])
+        for i, s in enumerate(slots[1]):
+            alone = forward_segments(tiny_main, cache, [s], [pend[i]], [trees[i][0]], [trees[i][1]])[0]
+            torch.testing.assert_close(together[i], alone, atol=1e-4, rtol=1e-4)
+
+    def test_no_room(self, tiny_main):
+        """A segment that does not fit in its slot raises CacheFullError before any write."""
+        from common.modeling.kv_cache import CacheFullError
+        cache = tiny_main.new_cache(1, 4)
+        s = cache.allocate()
+        with pytest.raises(CacheFullError):
+            forward_segments(tiny_main, cache, [s], [[1, 2, 3]], [np.array([4, 5])], [np.array([ROOT, 0])])
+
+    def test_batch_wider_than_slot(self, tiny_main):
+        """A sequence near the end of its slot batched with a longer segment (padding past
+        max_len) still runs and matches running alone."""
+        cache = tiny_main.new_cache(3, 64)
+        a, b, c = cache.allocate(), cache.allocate(), cache.allocate()
+        for s in (a, c):
+            forward_segments(tiny_main, cache, [s], [list(range(1, 61))], [EMPTY_I64], [EMPTY_I32])
+            cache.commit(s, list(range(60)))
+        tree = (np.array([1, 2], np.int64), np.array([ROOT, 0], np.int32))
+        out = forward_segments(tiny_main, cache, [a, b], [[7], list(range(200, 220))],
+                               [tree[0], EMPTY_I64], [tree[1], EMPTY_I32])
+        alone = forward_segments(tiny_main, cache, [c], [[7]], [tree[0]], [tree[1]])[0]
+        assert out[0].shape == (3, tiny_main.spec.hidden_size) and out[1].shape[0] == 20
+        torch.testing.assert_close(out[0], alone, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,43 @@
+"""Configuration: precedence, coercion and errors that name the key."""
+
+import pytest
+
+from common.config import AUTO, Config, ConfigError, env_var, load_config
+
+
+class TestLoadConfig:
+    def test_defaults(self):
+        """With no sources the defaults apply (tree_size auto)."""
+        assert load_config(environ={}).tree_size == AUTO
+
+    def test_env_override_beats_file(self, tmp_path):
+        """TREESPEC_<KEY> overrides the TOML file; an explicit override beats both."""
+        f = tmp_path / "c.toml"
+        f.write_text("tree_size = 8\nport = 9000\n")
+        env = {"TREESPEC_TREE_SIZE": "32", "TREESPEC_MAX_RUNNING": "3"}
+        cfg = load_config(f, environ=env)
+        assert (cfg.tree_size, cfg.port, cfg.max_running) == (32, 9000, 3)
+        assert load_config(f, overrides={"tree_size": 4, "port": None}, environ=env).tree_size == 4
+        assert env_var("tree_size") == "TREESPEC_TREE_SIZE"
+
+    def test_unknown_key_named(self, tmp_path):
+        """Unknown keys in a file or overrides raise ConfigError naming the key."""
+        f = tmp_path / "c.toml"
+        f.write_text("tree_sise = 8\n")
+        with pytest.raises(ConfigError, match="tree_sise"):
+            load_config(f, environ={})
+        with pytest.raises(ConfigError, match="bogus_key"):
+            load_config(overrides={"bogus_key": 1}, environ={})
+
+    @pytest.mark.parametrize("value", ["many", "-1", "5000", "1.5"])
+    def test_bad_tree_size(self, value):
+        """A tree_size that is not 'auto' or an int in 0..1024 raises ConfigError naming it."""
+        with pytest.raises(ConfigError, match="tree_size"):
+            load_config(environ={"TREESPEC_TREE_SIZE": value})
+
+    def test_bad_value_names_key(self):
+        """A value of the wrong type or range names its key."""
+        with pytest.raises(ConfigError, match="port"):
+            load_config(environ={"TREESPEC_PORT": "eighty"})
+        with pytest.raises(ConfigError, match="dtype"):
+            Config(dtype="int8")
