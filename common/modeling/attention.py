@@ -3,7 +3,8 @@
 The visibility rule (SpecInfer §4.2, Medusa §2.1.2): a query sees the whole committed
 prefix, the pending committed tokens causally, and among tree nodes only itself and its
 ancestors. ``build_mask`` turns that into a boolean ``[B, 1, T, S]`` mask; on CPU the
-attention itself is PyTorch SDPA with that explicit mask.
+attention itself is PyTorch SDPA with that explicit mask, on CUDA the Triton kernel of
+``triton_attention.py`` (which packs the mask into per-query ancestor bits).
 """
 
 from __future__ import annotations
