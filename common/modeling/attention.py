@@ -80,6 +80,9 @@ def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int]
         ``[B, T, heads * D]`` in q's dtype. GQA is handled by folding each KV head's
         query group into the query axis, so K/V are never repeated.
     """
+    if q.is_cuda:
+        from common.modeling.triton_attention import tree_attention_triton
+        return tree_attention_triton(q, cache, layer, slots, mask)
     B, T, H, D = q.shape
     # a padded batch may be wider than a slot; real rows never see columns past max_len
     S = min(mask.shape[-1], cache.max_len)
