@@ -1,0 +1,86 @@
+"""``treespec bench``: plain decoding vs treespec speculation (vs HF assisted generation),
+in one process and one run, on the same prompts; JSON out, optional plots.
+
+Repeat: ``treespec bench --dataset humaneval --limit 20 --max-new-tokens 128 \
+--baseline hf-assisted --json bench-out/humaneval.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from common.config import ConfigError, load_config
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--dataset", default="humaneval", help="humaneval | spec_bench[:category] | a text file")
+    a("--limit", type=int, default=None, help="number of prompts (spec_bench: spread over categories)")
+    a("--max-new-tokens", type=int, default=128)
+    a("--json", required=True, help="output JSON path")
+    a("--baseline", default="", help="comma list: hf-assisted, hf-plain")
+    a("--tree-size", default=None, help="tree nodes for the spec run (default: config, 'auto')")
+    a("--tree-sizes", default="", help="also sweep these tree sizes, e.g. 1,4,8,16,32,64,128")
+    a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8")
+    a("--plots", default=None, help="directory for PNG plots")
+    a("--config", default=None)
+    a("--model-path", default=None)
+    a("--draft-model-path", default=None)
+    a("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    a("--device", default=None)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"expected a comma-separated list of integers, got {text!r}") from exc
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write atomically: a temp file in the same directory, then rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".bench-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, target)
+
+
+def run(args: argparse.Namespace) -> int:
+    from treespec.bench_data import load_prompts
+    try:
+        cfg = load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
+                                        "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device})
+        prompts = load_prompts(args.dataset, args.limit)
+        sizes, conc = _ints(args.tree_sizes), _ints(args.concurrency)
+        baselines = [b for b in args.baseline.split(",") if b]
+        bad = [b for b in baselines if b not in ("hf-assisted", "hf-plain")]
+        if bad:
+            raise ConfigError(f"unknown --baseline {bad[0]!r}: use hf-assisted and/or hf-plain")
+        if args.max_new_tokens < 1:
+            raise ConfigError("--max-new-tokens must be at least 1")
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"treespec bench: {exc}", file=sys.stderr)
+        return 2
+    from treespec.bench_suite import Suite
+    suite = Suite(cfg, prompts, args.max_new_tokens, max(conc or [1]))
+    result = suite.compare()
+    if baselines:
+        result["aggregate"].update(suite.hf_baselines(baselines, result["records"]))
+    if sizes:
+        result["tree_size_sweep"] = suite.sweep(sizes)
+    if conc:
+        result["concurrency"] = suite.concurrency(conc)
+    result["command"] = "treespec " + " ".join(sys.argv[1:])
+    write_json(args.json, result)
+    if args.plots:
+        from treespec.bench_plot import plot_all
+        plot_all(result, Path(args.plots))
+    print(json.dumps(result["aggregate"], indent=2))
+    return 0

@@ -1,0 +1,122 @@
+"""The benchmark runs behind ``treespec bench``, sharing one loaded model pair."""
+
+from __future__ import annotations
+
+import platform
+import time
+
+import torch
+from tqdm import tqdm
+
+from common.config import Config
+from common.modeling.build import eos_ids, load_pair, make_engine
+from services.scheduler.tree_policy import choose_tree
+from treespec.bench_run import Run, divergence, run_concurrent, run_one
+from treespec.generate import encode_prompt
+
+
+class Suite:
+    """Plain vs speculative runs over the same prompts with one loaded (main, draft) pair."""
+
+    def __init__(self, cfg: Config, prompts, max_new: int, slots: int) -> None:
+        self.cfg, self.prompts, self.max_new, self.slots = cfg, prompts, max_new, slots
+        self.main, self.draft, self.tok = load_pair(cfg)
+        self.ids = [encode_prompt(self.tok, p.text, p.chat) for p in prompts]
+        self.tree = choose_tree(cfg, 1)
+
+    def _engine(self, tree: tuple[int, int], slots: int = 1):
+        return make_engine(self.cfg, self.main, self.draft, self.tok, slots, tree)
+
+    def compare(self) -> dict:
+        """Each prompt: plain greedy (recording logit gaps), then speculative greedy."""
+        plain, spec = self._engine((0, 0)), self._engine(self.tree)
+        records = []
+        for i, (p, ids) in enumerate(tqdm(list(zip(self.prompts, self.ids)), desc="plain vs spec", unit="prompt")):
+            a = run_one(plain, f"p{i}", ids, self.max_new, gaps=True)
+            b = run_one(spec, f"s{i}", ids, self.max_new, gaps=False)
+            div = divergence(a, b, self.cfg.dtype)
+            records.append({"id": p.id, "category": p.category, "prompt_tokens": len(ids),
+                            "plain": a.summary(), "spec": b.summary(), "identical": a.tokens == b.tokens,
+                            "divergence": div})
+        core = spec.core
+        return {"config": self._describe(), "records": records,
+                "aggregate": self._aggregate(records, core), "by_category": self._by_category(records)}
+
+    def _describe(self) -> dict:
+        return {"main_model_path": self.cfg.main_model_path, "draft_model_path": self.cfg.draft_model_path,
+                "dtype": self.cfg.dtype, "device": self.cfg.device, "tree_size": self.tree[0],
+                "max_depth": self.tree[1], "draft_quantization": self.cfg.draft_quantization,
+                "draft_vocab_size": self.cfg.draft_vocab_size, "max_new_tokens": self.max_new,
+                "prompts": len(self.prompts), "torch_threads": torch.get_num_threads(),
+                "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    @staticmethod
+    def _aggregate(records: list[dict], core) -> dict:
+        def tps(kind):
+            return sum(len(r[kind]["tokens"]) for r in records) / sum(r[kind]["seconds"] for r in records)
+        rounds = [c for r in records for c in r["spec"]["committed"]]
+        divs = [r["divergence"] for r in records if r["divergence"]]
+        drafts = max(core.num_drafts, 1)
+        return {
+            "plain_tokens_per_s": tps("plain"), "spec_tokens_per_s": tps("spec"),
+            "speedup": tps("spec") / tps("plain"),
+            "mean_accepted_length": sum(rounds) / max(len(rounds), 1),
+            "acceptance_rate_by_depth": [n / drafts for n in core.accepted_per_pos],
+            "draft_tokens_accepted_fraction": core.num_accepted / max(core.num_draft_tokens, 1),
+            "greedy_identical": not divs,
+            "greedy_divergences": len(divs),
+            "greedy_divergences_not_ties": sum(1 for d in divs if not d["tie"]),
+            "prompts": len(records)}
+
+    @staticmethod
+    def _by_category(records: list[dict]) -> dict:
+        out = {}
+        for cat in sorted({r["category"] for r in records}):
+            rs = [r for r in records if r["category"] == cat]
+            rounds = [c for r in rs for c in r["spec"]["committed"]]
+            p = sum(len(r["plain"]["tokens"]) for r in rs) / sum(r["plain"]["seconds"] for r in rs)
+            s = sum(len(r["spec"]["tokens"]) for r in rs) / sum(r["spec"]["seconds"] for r in rs)
+            out[cat] = {"prompts": len(rs), "plain_tokens_per_s": p, "spec_tokens_per_s": s, "speedup": s / p,
+                        "mean_accepted_length": sum(rounds) / max(len(rounds), 1)}
+        return out
+
+    def hf_baselines(self, kinds: list[str], records: list[dict]) -> dict:
+        """HF transformers plain and/or assisted generation on the same prompts."""
+        from treespec.bench_hf import hf_generate, load_hf
+        hf_main = load_hf(self.cfg.main_model_path, self.cfg.dtype)
+        hf_draft = load_hf(self.cfg.draft_model_path, self.cfg.dtype) if "hf-assisted" in kinds else None
+        eos = eos_ids(self.tok)
+        out = {}
+        for kind in kinds:
+            runs: list[Run] = []
+            for ids in tqdm(self.ids, desc=kind, unit="prompt"):
+                runs.append(hf_generate(hf_main, ids, self.max_new, eos, hf_draft if kind == "hf-assisted" else None))
+            key = kind.replace("-", "_")
+            out[f"{key}_tokens_per_s"] = sum(len(r.tokens) for r in runs) / sum(r.seconds for r in runs)
+            for rec, r in zip(records, runs):
+                rec[key] = {"tokens": len(r.tokens), "seconds": r.seconds}
+        plain = sum(len(r["plain"]["tokens"]) for r in records) / sum(r["plain"]["seconds"] for r in records)
+        if "hf_assisted_tokens_per_s" in out:
+            out["hf_assisted_ratio_vs_plain"] = out["hf_assisted_tokens_per_s"] / plain
+        return out
+
+    def sweep(self, sizes: list[int]) -> list[dict]:
+        """Spec tokens/s and MAL at each forced tree size (same prompts)."""
+        rows = []
+        for size in tqdm(sizes, desc="tree sizes", unit="size"):
+            eng = self._engine((size, min(self.cfg.max_accept_length, max(size, 1))))
+            runs = [run_one(eng, f"t{size}-{i}", ids, self.max_new, gaps=False) for i, ids in enumerate(self.ids)]
+            rounds = [c for r in runs for c in r.committed]
+            rows.append({"tree_size": size, "tokens_per_s": sum(len(r.tokens) for r in runs) / sum(r.seconds for r in runs),
+                         "mean_accepted_length": sum(rounds) / max(len(rounds), 1)})
+        return rows
+
+    def concurrency(self, levels: list[int]) -> list[dict]:
+        """Aggregate throughput and ITL percentiles, spec vs plain, at each concurrency."""
+        rows = []
+        for c in tqdm(levels, desc="concurrency", unit="level"):
+            prompts = [self.ids[i % len(self.ids)] for i in range(c)]
+            for mode, tree in (("plain", (0, 0)), ("spec", choose_tree(self.cfg, c))):
+                r = run_concurrent(self._engine(tree, slots=c), prompts, self.max_new)
+                rows.append({"mode": mode, "tree_size": tree[0], **r})
+        return rows
