@@ -66,26 +66,38 @@ def eos_ids(tok) -> set[int]:
     return ids | {vocab[t] for t in ("<|im_end|>", "<|endoftext|>") if t in vocab}
 
 
+def load_pair(cfg: Config, with_draft: bool = True):
+    """(main model, draft model or None, tokenizer); refuses a mismatched draft."""
+    main, tok = main_model(cfg)
+    draft = None
+    if with_draft:
+        draft, dtok = draft_model(cfg)
+        check_pair(tok, dtok, main, draft)
+    return main, draft, tok
+
+
+def make_engine(cfg: Config, main: DecoderModel, draft: DecoderModel | None, tok, slots: int,
+                tree: tuple[int, int]):
+    """A LocalEngine over already-loaded models; ``tree`` = (size, max_depth), size 0 = plain."""
+    from services.draft.runner import DraftRunner
+    from services.scheduler.core import SchedulerCore
+    from services.scheduler.local import LocalEngine
+    from services.verifier.runner import VerifierRunner
+    max_len = cfg.max_model_len + TREE_HEADROOM
+    runner = DraftRunner(draft, slots, max_len) if draft is not None and tree[0] > 0 else None
+    core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))
+    return LocalEngine(core, VerifierRunner(main, slots, max_len), runner, tree[0], tree[1])
+
+
 def build_local_engine(cfg: Config, slots: int = 4, tree: tuple[int, int] | None = None):
     """(LocalEngine, tokenizer) running draft + main model in this process.
 
     ``tree`` = (tree_size, max_depth) overrides the config; tree_size 0 = plain decoding.
     """
-    from services.draft.runner import DraftRunner
-    from services.scheduler.core import SchedulerCore
-    from services.scheduler.local import LocalEngine
-    from services.scheduler.tree_policy import static_tree
-    from services.verifier.runner import VerifierRunner
-    main, tok = main_model(cfg)
-    size, depth = tree or static_tree(cfg)
-    draft = None
-    if size > 0:
-        dmodel, dtok = draft_model(cfg)
-        check_pair(tok, dtok, main, dmodel)
-        draft = DraftRunner(dmodel, slots, cfg.max_model_len + TREE_HEADROOM)
-    verifier = VerifierRunner(main, slots, cfg.max_model_len + TREE_HEADROOM)
-    core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))
-    return LocalEngine(core, verifier, draft, size, depth), tok
+    from services.scheduler.tree_policy import choose_tree
+    tree = tree or choose_tree(cfg, slots)
+    main, draft, tok = load_pair(cfg, with_draft=tree[0] > 0)
+    return make_engine(cfg, main, draft, tok, slots, tree), tok
 
 
 TREE_HEADROOM = 256  # KV rows past max_model_len for tree nodes being verified / drafted
