@@ -205,6 +205,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     pid: int
     slots_total: int = 0
     max_len: int = 0
+    eos_ids: list[int] = []  # verifier: the main model's end-of-sequence token ids
     v: int = PROTOCOL_VERSION
 
 

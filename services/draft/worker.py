@@ -1,0 +1,40 @@
+"""Build the draft worker: int4/FR-Spec draft model, KV pool sized to the memory budget."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from common import wire
+from common.config import Config
+from common.modeling.budget import plan_slots
+from common.modeling.build import TREE_HEADROOM, draft_model
+from services.draft.runner import DraftRunner
+from services.scheduler.tree_policy import choose_tree
+
+WARMUP_TOKENS = [0, 1, 2, 3]
+WARMUP_ID = "__warmup__"
+
+
+@dataclass
+class DraftWorker:
+    runner: DraftRunner
+    hello: wire.Hello
+
+    def slots_used(self) -> int:
+        return self.runner.cache.slots_used
+
+
+def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
+    """Load the draft model, size its KV pool, warm it up with one tiny step.
+
+    Raises FileNotFoundError / ValueError (model), MemoryBudgetError (KV budget).
+    """
+    model, _ = draft_model(cfg)
+    slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
+    runner = DraftRunner(model, slots, max_len)
+    size, depth = choose_tree(cfg, 1)
+    runner.step(wire.DraftStep(0, [wire.DraftSeq(WARMUP_ID, 0, WARMUP_TOKENS, max(size, 1), max(depth, 1))]))
+    runner.free([WARMUP_ID])
+    log.info("draft model ready", model=cfg.draft_model_path, slots=slots, max_len=max_len)
+    return DraftWorker(runner, wire.Hello(wire.Role.DRAFT, replica, os.getpid(), slots, max_len))

@@ -1,0 +1,146 @@
+"""The scheduler's event loop: a ROUTER socket at the edge, the round driver inside.
+
+An I/O thread (``transport.SocketPump``) owns the socket; this loop reads decoded frames
+from its queue, feeds them to the pure :class:`RoundDriver` / :class:`WorkerRegistry`,
+and sends what they return. Every ``STATS_INTERVAL_S`` it sends ``wire.Stats`` to each
+gateway. Torch-free.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import zmq
+
+from common import transport, wire
+from common.config import Config
+from services.scheduler.core import SchedulerCore
+from services.scheduler.rounds import Out, RoundDriver
+from services.scheduler.tree_policy import choose_tree
+from services.scheduler.workers import WorkerRegistry
+
+STATS_INTERVAL_S = 1.0
+IDLE_WAIT_S = 0.05  # longest sleep between housekeeping passes (expiry, deadlines)
+STEP_TIMEOUT_FACTOR = 12  # a step reply may take this many heartbeat timeouts
+GATEWAY_FORGET_FACTOR = 3  # stop sending Stats to a gateway silent this many heartbeat timeouts
+
+
+class SchedulerLoop:
+    """Binds ``cfg.scheduler_bind or cfg.scheduler_address`` and serves until ``stop()``.
+
+    Raises zmq.ZMQError when the address cannot be bound.
+    """
+
+    def __init__(self, cfg: Config, log, ctx: zmq.Context | None = None) -> None:
+        self.cfg, self.log = cfg, log
+        self.ctx = ctx or zmq.Context.instance()
+        self.core = SchedulerCore(cfg.max_running, cfg.max_queue, cfg.max_model_len, set())
+        self.workers = WorkerRegistry(cfg.heartbeat_timeout_s)
+        self.driver = RoundDriver(self.core, self.workers, cfg, log,
+                                  cfg.heartbeat_timeout_s * STEP_TIMEOUT_FACTOR)
+        self.gateways: dict[bytes, float] = {}  # identity -> last seen (monotonic s)
+        sock, self.auth = transport.bind_router(self.ctx, cfg.scheduler_bind or cfg.scheduler_address,
+                                                cfg.curve_dir)
+        self.pump = transport.SocketPump(self.ctx, sock)
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Ask ``run`` to return (safe from signal handlers and other threads)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Serve until ``stop()``; closes the socket on the way out."""
+        self.log.info("scheduler listening", address=self.cfg.scheduler_bind or self.cfg.scheduler_address,
+                      curve=bool(self.cfg.curve_dir), tree_size=self.cfg.tree_size)
+        next_stats = 0.0
+        try:
+            while not self._stop.is_set():
+                self._receive(IDLE_WAIT_S)
+                now = time.monotonic()
+                self._housekeeping(now)
+                if now >= next_stats:
+                    self._broadcast_stats(now)
+                    next_stats = now + STATS_INTERVAL_S
+        finally:
+            self.pump.close()
+            if self.auth is not None:
+                self.auth.stop()
+
+    def _receive(self, wait_s: float) -> None:
+        """Handle every frame that arrives within ``wait_s`` seconds (then drain the queue)."""
+        try:
+            frames = self.pump.inbox.get(timeout=wait_s)
+        except queue.Empty:
+            return
+        while True:
+            self._handle(frames, time.monotonic())
+            try:
+                frames = self.pump.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _housekeeping(self, now: float) -> None:
+        for w in self.workers.expire(now):
+            self._send(self.driver.worker_gone(w, now, "heartbeat timeout"))
+        self._send(self.driver.check_deadline(now))
+        self._send(self.driver.start(now))
+
+    def _send(self, outs: list[Out]) -> None:
+        for identity, msg in outs:
+            self.pump.send([identity, wire.encode(msg)])
+
+    def _handle(self, frames: list[bytes], now: float) -> None:
+        """Dispatch one frame; malformed or unexpected ones are logged and dropped."""
+        try:
+            identity, msg = transport.split_router(frames)
+        except wire.WireError as exc:
+            self.log.warning("malformed frame dropped", error=str(exc)[:200], frames=len(frames))
+            return
+        self.workers.touch(identity, now)
+        if isinstance(msg, wire.DraftResult):
+            self._send(self.driver.on_draft(identity, msg, now))
+        elif isinstance(msg, wire.VerifyResult):
+            self._send(self.driver.on_verify(identity, msg, now))
+        elif isinstance(msg, wire.Submit):
+            self.gateways[identity] = now
+            self._send(self.driver.submit(identity, msg))
+        elif isinstance(msg, wire.Abort):
+            self._send(self.driver.abort(msg.request_id))
+        elif isinstance(msg, wire.Hello):
+            self._hello(identity, msg, now)
+        elif isinstance(msg, wire.Heartbeat):
+            if self.workers.heartbeat(identity, msg, now) is None:
+                self.gateways[identity] = now
+        else:
+            self.log.warning("unexpected message dropped", type=type(msg).__name__)
+
+    def _hello(self, identity: bytes, msg: wire.Hello, now: float) -> None:
+        if msg.role == wire.Role.GATEWAY:
+            self.gateways[identity] = now
+            self._send([(identity, self._stats())])
+            return
+        w, old = self.workers.hello(identity, msg, now)
+        if old is not None:
+            self._send(self.driver.worker_gone(old, now, "said hello again (restarted)"))
+        if msg.role == wire.Role.VERIFIER and msg.eos_ids:
+            self.core.eos_ids = frozenset(msg.eos_ids)
+        self.log.info("worker joined", worker=msg.replica, role=msg.role.value, pid=msg.pid,
+                      slots_total=msg.slots_total, max_len=msg.max_len)
+
+    def _stats(self) -> wire.Stats:
+        core = self.core
+        beats = [w.heartbeat or wire.Heartbeat(w.role, w.replica, True, len(w.seqs), w.slots_total)
+                 for w in self.workers.all()]
+        size, _ = choose_tree(self.cfg, max(len(core.running), 1))
+        return wire.Stats(len(core.running), len(core.waiting), core.num_drafts, core.num_draft_tokens,
+                          core.num_accepted, list(core.accepted_per_pos), size, beats, self.driver.ready())
+
+    def _broadcast_stats(self, now: float) -> None:
+        forget = self.cfg.heartbeat_timeout_s * GATEWAY_FORGET_FACTOR
+        for gw, seen in list(self.gateways.items()):
+            if now - seen > forget:
+                del self.gateways[gw]
+        stats = self._stats()
+        self._send([(gw, stats) for gw in self.gateways])

@@ -1,0 +1,262 @@
+"""The scheduler's round driver: placement, draft -> verify -> commit over many workers.
+
+Pure and torch-free: every method takes the messages that arrived and returns the
+messages to send as ``(peer identity, message)`` pairs; the loop (``loop.py``) does the
+I/O. One round at a time: DraftStep to each draft worker holding running sequences, then
+(all answered, or failed) VerifyStep to each verifier, then commit and TokenDeltas.
+A worker that fails (lost, dropped, timed out) only costs its sequences a re-prefill:
+``Sequence.reset_placement`` makes the next round resend every committed token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common import wire
+from common.config import Config
+from common.logging import round_event
+from common.tree import TokenTree
+from services.scheduler.core import AdmissionError, SchedulerCore, Sequence
+from services.scheduler.tree_policy import choose_tree
+from services.scheduler.workers import Worker, WorkerRegistry
+
+EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
+MAX_VERIFY_LOSSES = 3  # consecutive rounds a verifier may report a sequence lost before it errors
+Out = tuple[bytes, wire.Message]
+ROLE_ATTR = {wire.Role.DRAFT: "draft_replica", wire.Role.VERIFIER: "verifier_replica"}
+
+
+@dataclass
+class Round:
+    """One round in flight. ``pending``: worker key -> sequence ids awaiting its reply."""
+
+    number: int
+    phase: wire.Role
+    deadline: float  # time.monotonic() seconds
+    seq_ids: list[str]
+    draft_seen: dict[str, int]  # draft_seen before the round, restored when not committed
+    pending: dict[str, set[str]] = field(default_factory=dict)
+    trees: dict[str, wire.Tree] = field(default_factory=dict)
+    outs: dict[str, wire.VerifyOut] = field(default_factory=dict)
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+
+
+class RoundDriver:
+    """Owns the request -> gateway map and the round in flight; see module docstring."""
+
+    def __init__(self, core: SchedulerCore, workers: WorkerRegistry, cfg: Config, log,
+                 step_timeout_s: float) -> None:
+        self.core, self.workers, self.cfg, self.log = core, workers, cfg, log
+        self.step_timeout_s = step_timeout_s
+        self.owners: dict[str, bytes] = {}  # request id -> gateway identity
+        self.losses: dict[str, int] = {}
+        self.current: Round | None = None
+        self.round_no = 0
+
+    @property
+    def speculative(self) -> bool:
+        return self.cfg.tree_size != 0
+
+    def ready(self) -> bool:
+        """A verifier (and a draft unless tree_size is 0) is alive and warmed up."""
+        ok = self.workers.ready(wire.Role.VERIFIER)
+        return ok and (not self.speculative or self.workers.ready(wire.Role.DRAFT))
+
+    # ---- gateway messages -----------------------------------------------------------------
+    def submit(self, gateway: bytes, msg: wire.Submit) -> list[Out]:
+        """Queue a request, or answer Rejected (503 not ready, 400 invalid, 429 full)."""
+        if not self.ready():
+            return [(gateway, wire.Rejected(msg.request_id, 503, "no draft/verifier worker is ready"))]
+        try:
+            self.core.submit(msg)
+        except AdmissionError as exc:
+            return [(gateway, wire.Rejected(msg.request_id, exc.status, exc.reason))]
+        self.owners[msg.request_id] = gateway
+        self.log.info("submitted", request_id=msg.request_id, prompt_tokens=len(msg.prompt))
+        return []
+
+    def abort(self, request_id: str) -> list[Out]:
+        """Drop a request, free its KV on its workers at once, send its final delta."""
+        seq = self.core.abort(request_id)
+        if seq is None:
+            return []
+        self.log.info("aborted", request_id=request_id)
+        return self._release(seq) + self._final(seq, wire.FinishReason.ABORT)
+
+    # ---- placement ----------------------------------------------------------------------
+    def _unplace(self, seq: Sequence, role: wire.Role) -> list[Out]:
+        """Forget ``seq``'s KV on its ``role`` worker; tell that worker to free it."""
+        w = self.workers.get(getattr(seq, ROLE_ATTR[role]))
+        seq.reset_placement(role)
+        if w is None:
+            return []
+        w.seqs.discard(seq.request_id)
+        return [(w.identity, wire.Free([seq.request_id]))]
+
+    def _release(self, seq: Sequence) -> list[Out]:
+        self.losses.pop(seq.request_id, None)
+        return self._unplace(seq, wire.Role.DRAFT) + self._unplace(seq, wire.Role.VERIFIER)
+
+    def _place(self, seq: Sequence, role: wire.Role) -> Worker | None:
+        w = self.workers.get(getattr(seq, ROLE_ATTR[role]))
+        if w is None:
+            w = self.workers.pick(role)
+            if w is None:
+                return None
+            setattr(seq, ROLE_ATTR[role], w.key)
+            w.seqs.add(seq.request_id)
+        return w
+
+    def _final(self, seq: Sequence, reason: wire.FinishReason, error: str | None = None) -> list[Out]:
+        gw = self.owners.pop(seq.request_id, None)
+        delta = wire.TokenDelta(seq.request_id, [], None, reason, error, len(seq.prompt))
+        return [] if gw is None else [(gw, delta)]
+
+    def _fail_all(self, error: str) -> list[Out]:
+        """End every request with finish=ERROR (no verifier left)."""
+        out: list[Out] = []
+        for seq in list(self.core.running.values()) + list(self.core.waiting):
+            self.core.abort(seq.request_id)
+            seq.finish = wire.FinishReason.ERROR
+            self.log.error("request failed", request_id=seq.request_id, error=error)
+            out += self._release(seq) + self._final(seq, wire.FinishReason.ERROR, error)
+        return out
+
+    # ---- the round ----------------------------------------------------------------------
+    def start(self, now: float) -> list[Out]:
+        """Begin a round if none is in flight and sequences are running or waiting."""
+        if self.current is not None or not (self.core.running or self.core.waiting):
+            return []
+        if not self.workers.alive(wire.Role.VERIFIER):
+            return self._fail_all("no verifier replica is alive")
+        self.core.admit(self.workers.capacity(wire.Role.VERIFIER))
+        seqs = [s for s in self.core.running.values() if self._place(s, wire.Role.VERIFIER)]
+        if not seqs:
+            return []
+        self.round_no += 1
+        rnd = Round(self.round_no, wire.Role.DRAFT, now + self.step_timeout_s, [s.request_id for s in seqs],
+                    {s.request_id: s.draft_seen for s in seqs})
+        self.current = rnd
+        size, depth = choose_tree(self.cfg, len(seqs))
+        groups: dict[str, list[wire.DraftSeq]] = {}
+        for s in seqs:
+            w = self._place(s, wire.Role.DRAFT) if size > 0 else None
+            if w is not None:
+                groups.setdefault(w.key, []).append(self.core.draft_seq(s, size, depth))
+        out = []
+        for key, entries in groups.items():
+            rnd.pending[key] = {e.seq_id for e in entries}
+            out.append((self.workers.get(key).identity, wire.DraftStep(rnd.number, entries)))
+        return out if out else self._start_verify(now)
+
+    def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
+        """Collect one draft worker's trees; lost sequences are re-placed (plain step now)."""
+        rnd, key = self.current, identity.hex()
+        if rnd is None or rnd.phase != wire.Role.DRAFT or res.round != rnd.number or key not in rnd.pending:
+            return []
+        out: list[Out] = []
+        for sid in rnd.pending.pop(key):
+            seq = self.core.running.get(sid)
+            if sid in res.trees:
+                rnd.trees[sid] = res.trees[sid]
+            elif seq is not None:
+                out += self._unplace(seq, wire.Role.DRAFT)
+        rnd.draft_ms = max(rnd.draft_ms, res.draft_ms)
+        return out + (self._start_verify(now) if not rnd.pending else [])
+
+    def _start_verify(self, now: float) -> list[Out]:
+        rnd = self.current
+        rnd.phase, rnd.deadline = wire.Role.VERIFIER, now + self.step_timeout_s
+        groups: dict[str, list[wire.VerifySeq]] = {}
+        for sid in rnd.seq_ids:
+            seq = self.core.running.get(sid)
+            w = self.workers.get(seq.verifier_replica) if seq is not None else None
+            if w is not None:
+                groups.setdefault(w.key, []).append(self.core.verify_seq(seq, rnd.trees.get(sid, EMPTY_TREE)))
+        out = []
+        for key, entries in groups.items():
+            rnd.pending[key] = {e.seq_id for e in entries}
+            out.append((self.workers.get(key).identity, wire.VerifyStep(rnd.number, entries)))
+        return out if out else self._finish()
+
+    def on_verify(self, identity: bytes, res: wire.VerifyResult, now: float) -> list[Out]:
+        """Collect one verifier's outcomes; commit when every verifier has answered."""
+        rnd, key = self.current, identity.hex()
+        if rnd is None or rnd.phase != wire.Role.VERIFIER or res.round != rnd.number or key not in rnd.pending:
+            return []
+        out: list[Out] = []
+        for sid in rnd.pending.pop(key):
+            seq = self.core.running.get(sid)
+            if sid in res.outs:
+                rnd.outs[sid] = res.outs[sid]
+            elif seq is not None:
+                out += self._unplace(seq, wire.Role.VERIFIER) + self._count_loss(seq)
+        rnd.verify_ms = max(rnd.verify_ms, res.verify_ms)
+        return out + (self._finish() if not rnd.pending else [])
+
+    def _count_loss(self, seq: Sequence) -> list[Out]:
+        n = self.losses[seq.request_id] = self.losses.get(seq.request_id, 0) + 1
+        if n < MAX_VERIFY_LOSSES:
+            return []
+        self.core.abort(seq.request_id)
+        err = f"the verifier lost this sequence {n} rounds in a row (invalid tokens or no KV room)"
+        self.log.error("request failed", request_id=seq.request_id, error=err)
+        return self._release(seq) + self._final(seq, wire.FinishReason.ERROR, err)
+
+    def _finish(self) -> list[Out]:
+        """Commit every verified sequence, emit deltas, free finished sequences."""
+        rnd, self.current = self.current, None
+        out: list[Out] = []
+        accepted = []
+        for sid in rnd.seq_ids:
+            seq = self.core.running.get(sid)
+            if seq is None:
+                continue
+            if sid not in rnd.outs:
+                seq.draft_seen = min(seq.draft_seen, rnd.draft_seen[sid])
+                continue
+            tokens = rnd.trees.get(sid, EMPTY_TREE).tokens.numpy().tolist()
+            delta = self.core.commit(seq, tokens, rnd.outs[sid])
+            self.losses.pop(sid, None)
+            accepted.append(len(delta.tokens))
+            gw = self.owners.get(sid)
+            if gw is not None:
+                out.append((gw, delta))
+            if delta.finish is not None:
+                self.owners.pop(sid, None)
+                out += self._release(seq)
+        round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted)
+        return out
+
+    # ---- failures -----------------------------------------------------------------------
+    def worker_gone(self, w: Worker, now: float, why: str) -> list[Out]:
+        """A worker died, timed out or restarted: re-place its sequences, unblock the round."""
+        self.log.warning("worker dropped", worker=w.replica, role=w.role.value, reason=why, seqs=len(w.seqs))
+        out: list[Out] = []
+        for sid in list(w.seqs):
+            seq = self.core.running.get(sid)
+            if seq is not None:
+                out += self._unplace(seq, w.role)
+        w.seqs.clear()
+        rnd = self.current
+        if rnd is not None and rnd.pending.pop(w.key, None) is not None and not rnd.pending:
+            out += self._start_verify(now) if rnd.phase == wire.Role.DRAFT else self._finish()
+        return out
+
+    def check_deadline(self, now: float) -> list[Out]:
+        """Drop the workers whose reply to the round in flight is overdue (a lost reply must
+        not hang the round); their sequences are re-placed."""
+        rnd = self.current
+        if rnd is None or now < rnd.deadline:
+            return []
+        out: list[Out] = []
+        for key in list(rnd.pending):
+            w = self.workers.drop(key)
+            if w is not None:
+                out += self.worker_gone(w, now, "step reply timed out")
+            elif self.current is rnd:
+                rnd.pending.pop(key, None)
+        if self.current is rnd and not rnd.pending:
+            out += self._start_verify(now) if rnd.phase == wire.Role.DRAFT else self._finish()
+        return out
