@@ -1,0 +1,154 @@
+"""Scheduler core: admission, round entries, and exact truncation of committed chunks."""
+
+import pytest
+
+from common import wire
+from common.tree import TokenTree
+from common.wire import FinishReason
+from services.scheduler.core import AdmissionError, SchedulerCore
+
+EOS = 99
+TREE_TOKENS = [5, 6, 7, 8]  # a chain: node i is the child of node i - 1
+TREE = wire.tree_to_wire(TokenTree.build(TREE_TOKENS, [-1, 0, 1, 2]))
+
+
+def _running(core, prompt=(1, 2, 3), rid="r", **params):
+    core.submit(wire.Submit(rid, list(prompt), wire.SamplingParams(**params)))
+    core.admit()
+    return core.running[rid]
+
+
+def _core(max_model_len=100):
+    return SchedulerCore(max_running=4, max_queue=2, max_model_len=max_model_len, eos_ids={EOS})
+
+
+def _commit(core, seq, tokens, accepted, bonus, logprobs=None):
+    return core.commit(seq, tokens, wire.VerifyOut(accepted, bonus, logprobs))
+
+
+class TestCommitTruncation:
+    def test_whole_chunk(self):
+        """Without a stop, accepted tokens and the bonus are all committed."""
+        core = _core()
+        seq = _running(core, max_tokens=10)
+        d = _commit(core, seq, TREE_TOKENS, [0, 1, 2], 42)
+        assert d.tokens == [5, 6, 7, 42] and d.finish is None and seq.output == [5, 6, 7, 42]
+
+    def test_eos_inside_chunk(self):
+        """EOS inside the accepted path ends the request there: nothing after it is returned."""
+        core = _core()
+        seq = _running(core, max_tokens=10)
+        d = _commit(core, seq, [5, EOS, 7, 8], [0, 1, 2], 42)
+        assert d.tokens == [5, EOS] and d.finish == FinishReason.STOP
+        assert seq.output == [5, EOS] and "r" not in core.running
+
+    def test_eos_as_bonus(self):
+        """An EOS bonus token is returned and stops the request."""
+        core = _core()
+        seq = _running(core, max_tokens=10)
+        assert _commit(core, seq, TREE_TOKENS, [0], EOS).tokens == [5, EOS]
+        assert seq.finish == FinishReason.STOP
+
+    def test_stop_token_id(self):
+        """A request's stop token id truncates exactly like EOS."""
+        core = _core()
+        seq = _running(core, max_tokens=10, stop_token_ids=[6])
+        d = _commit(core, seq, TREE_TOKENS, [0, 1, 2, 3], 42)
+        assert d.tokens == [5, 6] and d.finish == FinishReason.STOP
+
+    def test_max_tokens_crossed(self):
+        """A chunk crossing max_tokens is cut at max_tokens with finish LENGTH."""
+        core = _core()
+        seq = _running(core, max_tokens=3)
+        assert _commit(core, seq, TREE_TOKENS, [0], 42).tokens == [5, 42]
+        d = _commit(core, seq, [60, 61, 62], [0, 1, 2], 43)
+        assert d.tokens == [60] and d.finish == FinishReason.LENGTH and len(seq.output) == 3
+
+    def test_min_tokens(self):
+        """A stop token before min_tokens output tokens does not end the request; one at or
+        after min_tokens does."""
+        core = _core()
+        seq = _running(core, max_tokens=10, min_tokens=4, stop_token_ids=[7])
+        d = _commit(core, seq, [EOS, 6, 7, 8], [0, 1, 2, 3], 42)
+        assert d.tokens == [EOS, 6, 7, 8, 42] and d.finish is None
+        d = _commit(core, seq, [7, 1], [0, 1], 2)
+        assert d.tokens == [7] and d.finish == FinishReason.STOP
+
+    def test_ignore_eos(self):
+        """ignore_eos keeps generating through EOS (stop token ids still apply)."""
+        core = _core()
+        seq = _running(core, max_tokens=10, ignore_eos=True, stop_token_ids=[8])
+        d = _commit(core, seq, [EOS, 6, 8], [0, 1, 2], 42)
+        assert d.tokens == [EOS, 6, 8] and d.finish == FinishReason.STOP
+
+    def test_logprobs_truncated(self):
+        """Logprobs are cut to the kept tokens."""
+        core = _core()
+        seq = _running(core, max_tokens=2)
+        lps = [wire.TokenLogprob(-float(i)) for i in range(4)]
+        d = _commit(core, seq, TREE_TOKENS, [0, 1, 2], 42, lps)
+        assert d.tokens == [5, 6] and d.logprobs == lps[:2]
+
+
+class TestRoundEntries:
+    def test_workers_receive_only_new_tokens(self):
+        """After a commit the verifier is sent only the bonus and the draft the whole chunk."""
+        core = _core()
+        seq = _running(core, max_tokens=10)
+        d = core.draft_seq(seq, 16, 4)
+        v = core.verify_seq(seq, TREE)
+        assert (d.prefix_len, d.new_tokens, v.prefix_len, v.new_tokens) == (0, [1, 2, 3], 0, [1, 2, 3])
+        _commit(core, seq, TREE_TOKENS, [0, 1], 42)
+        d, v = core.draft_seq(seq, 16, 4), core.verify_seq(seq, TREE)
+        assert (d.prefix_len, d.new_tokens) == (3, [5, 6, 42])
+        assert (v.prefix_len, v.new_tokens) == (5, [42])
+
+    def test_round_seed_depends_on_length_only(self):
+        """The per-round seed depends on the request seed and committed length."""
+        core = _core()
+        a, b = _running(core, rid="a", seed=7), _running(core, rid="b", seed=7)
+        assert a.round_seed() == b.round_seed()
+        a.output.append(1)
+        assert a.round_seed() != b.round_seed()
+
+    def test_counters(self):
+        """Speculation counters count drafted and accepted tokens per position; plain rounds are not drafts."""
+        core = _core()
+        seq = _running(core, max_tokens=20)
+        _commit(core, seq, TREE_TOKENS, [0, 1], 42)
+        _commit(core, seq, TREE_TOKENS, [0], 42)
+        _commit(core, seq, [], [], 42)
+        assert (core.num_drafts, core.num_draft_tokens, core.num_accepted) == (2, 8, 3)
+        assert core.accepted_per_pos == [2, 1]
+
+
+class TestAdmission:
+    @pytest.mark.parametrize("prompt,params,match", [
+        ([], {}, "empty"), ([1], {"max_tokens": 0}, "max_tokens"), ([1] * 95, {"max_tokens": 10}, "context"),
+    ])
+    def test_bad_requests(self, prompt, params, match):
+        """Empty prompts, max_tokens < 1 and over-long requests get 400."""
+        with pytest.raises(AdmissionError, match=match) as e:
+            _core().submit(wire.Submit("r", prompt, wire.SamplingParams(**params)))
+        assert e.value.status == 400
+
+    def test_queue_full_and_duplicates(self):
+        """A duplicate id is 400; a full running set plus full queue is 429."""
+        core = SchedulerCore(max_running=1, max_queue=1, max_model_len=100, eos_ids={EOS})
+        _running(core, rid="a")
+        with pytest.raises(AdmissionError) as e:
+            core.submit(wire.Submit("a", [1], wire.SamplingParams()))
+        assert e.value.status == 400
+        core.submit(wire.Submit("b", [1], wire.SamplingParams()))
+        with pytest.raises(AdmissionError) as e:
+            core.submit(wire.Submit("c", [1], wire.SamplingParams()))
+        assert e.value.status == 429
+
+    def test_abort(self):
+        """Abort removes a running or waiting request and marks it ABORT."""
+        core = SchedulerCore(max_running=1, max_queue=4, max_model_len=100, eos_ids={EOS})
+        _running(core, rid="a")
+        core.submit(wire.Submit("b", [1], wire.SamplingParams()))
+        assert core.abort("b").finish == FinishReason.ABORT and not core.waiting
+        assert core.abort("a").finish == FinishReason.ABORT and not core.running
+        assert core.abort("zzz") is None
