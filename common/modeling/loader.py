@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from common.models import resolve
+from common.tokenizer import converted_tokenizer_dir
 from common.modeling import tiny
 from common.modeling.model import DecoderModel, ModelSpec
 
@@ -119,9 +120,9 @@ def load_weights_tokenizer_only(path_or_name: str, cache: str | None = None):
     """Load only the tokenizer of a model (from the converted cache when present)."""
     from transformers import AutoTokenizer
     path = resolve(path_or_name, cache)
-    for conv in sorted((path.parent / ".converted").glob(f"{path.stem}-{path.stat().st_size}-*")):
-        if (conv / "tokenizer").exists():
-            return AutoTokenizer.from_pretrained(conv / "tokenizer")
+    converted = converted_tokenizer_dir(path)
+    if converted is not None:
+        return AutoTokenizer.from_pretrained(converted)
     kw = {"gguf_file": path.name} if path.is_file() else {}
     return AutoTokenizer.from_pretrained(path.parent if path.is_file() else path, **kw)
 
