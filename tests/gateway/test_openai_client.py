@@ -1,0 +1,69 @@
+"""The official openai client against the gateway on a loopback port (fake backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import openai
+import pytest
+from aiohttp import web
+
+from tests.gateway.conftest import make_test_app
+from tests.gateway.fakes import FakeBackend, deltas
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    """Serve the app in a background thread; yield its /v1 URL."""
+    backend = FakeBackend(script=lambda s: deltas(s.request_id, ["Hel", "lo 你", "好!"]))
+    app = make_test_app(backend)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, handler_cancellation=True)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def client(base_url):
+    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+
+
+class TestOpenAIClient:
+    def test_completion(self, client):
+        """completions.create returns the text and usage."""
+        r = client.completions.create(model="treespec", prompt="hi", max_tokens=8)
+        assert r.choices[0].text == "Hello 你好!" and r.usage.completion_tokens == len("Hello 你好!".encode())
+
+    def test_completion_stream(self, client):
+        """Streamed completion chunks concatenate to the full text."""
+        chunks = list(client.completions.create(model="treespec", prompt="hi", max_tokens=8, stream=True))
+        assert "".join(c.choices[0].text for c in chunks) == "Hello 你好!"
+
+    def test_chat(self, client):
+        """chat.completions.create returns an assistant message."""
+        r = client.chat.completions.create(model="treespec", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=8)
+        assert r.choices[0].message.content == "Hello 你好!" and r.choices[0].finish_reason == "length"
+
+    def test_chat_stream_with_usage(self, client):
+        """Streamed chat yields content deltas and one final usage chunk."""
+        stream = client.chat.completions.create(model="treespec", messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=8, stream=True, stream_options={"include_usage": True})
+        chunks = list(stream)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello 你好!"
+        assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+
+    def test_bad_request_raises(self, client):
+        """A 400 surfaces as openai.BadRequestError."""
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="treespec", prompt="hi", max_tokens=8, n=2)
