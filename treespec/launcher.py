@@ -1,0 +1,162 @@
+"""``treespec up``: start scheduler, verifier(s), draft(s) and the gateway on this machine.
+
+Each service runs as ``python -m treespec.cli <service>`` in its own process group, with
+the launcher's resolved configuration passed as ``TREESPEC_*`` environment variables and
+its JSON log written to ``<log_dir>/<service>-<replica>.log``. The launcher waits until
+the scheduler reports ready; a service that exits before that aborts the start with its
+last log line as the reason (exit 1). SIGINT / SIGTERM stop every process group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.cli_args import add_config_args, config_from_args
+from common.config import Config, ConfigError, env_var
+
+READY_TIMEOUT_S = 600.0  # loading real models can take minutes; a crash is reported at once
+STOP_GRACE_S = 10.0  # SIGTERM -> SIGKILL
+POLL_S = 0.5
+GATEWAY_MAIN = Path(__file__).resolve().parent.parent / "services" / "gateway" / "main.py"
+
+
+@dataclass
+class Service:
+    name: str  # e.g. "draft-1"
+    proc: subprocess.Popen
+    log_path: Path
+
+    def last_line(self) -> str:
+        """The last non-empty line of the service's log ('' when none)."""
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        return lines[-1][-500:] if lines else ""
+
+
+def configure(parser) -> None:
+    add_config_args(parser)
+
+
+def child_env(cfg: Config) -> dict[str, str]:
+    """This environment plus one TREESPEC_<KEY> per config key (the resolved config)."""
+    env = dict(os.environ)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        env[env_var(f.name)] = ",".join(value) if isinstance(value, tuple) else str(value)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def start(cfg: Config, command: str, replica: str, env: dict[str, str]) -> Service:
+    """Start one service in a new process group; raises OSError when it cannot be spawned."""
+    log_path = Path(cfg.log_dir) / f"{command}-{replica}.log"
+    argv = [sys.executable, "-m", "treespec.cli", command]
+    if command in ("draft", "verifier"):
+        argv += ["--replica", replica]
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return Service(f"{command}-{replica}", proc, log_path)
+
+
+def plan(cfg: Config) -> list[tuple[str, str]]:
+    """(command, replica) of every service to start, scheduler first."""
+    services = [("scheduler", "0")]
+    services += [("verifier", str(i)) for i in range(cfg.verifier_replicas)]
+    if cfg.tree_size != 0:
+        services += [("draft", str(i)) for i in range(cfg.draft_replicas)]
+    if GATEWAY_MAIN.exists():
+        services.append(("gateway", "0"))
+    return services
+
+
+def stop_all(services: list[Service]) -> None:
+    """SIGTERM every process group, then SIGKILL what is left after STOP_GRACE_S."""
+    for s in services:
+        _signal_group(s.proc, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for s in services:
+        try:
+            s.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(s.proc, signal.SIGKILL)
+            s.proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def first_dead(services: list[Service]) -> Service | None:
+    return next((s for s in services if s.proc.poll() is not None), None)
+
+
+def wait_ready(cfg: Config, services: list[Service], stop: threading.Event) -> str | None:
+    """Block until the scheduler reports ready; returns None, or why not (a service died,
+    timeout, interrupted)."""
+    from services.scheduler.client import SchedulerClient
+    client = SchedulerClient(cfg.scheduler_address, cfg.curve_dir, name="launcher")
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline and not stop.is_set():
+            dead = first_dead(services)
+            if dead is not None:
+                return f"{dead.name} exited with status {dead.proc.returncode}: {dead.last_line()}"
+            try:
+                client.wait_ready(POLL_S * 2)
+                return None
+            except TimeoutError:
+                continue
+        return "interrupted" if stop.is_set() else f"not ready after {READY_TIMEOUT_S} s"
+    finally:
+        client.close()
+
+
+def run(args) -> int:
+    """Start everything, wait for ready, serve until a signal or a service dies."""
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        print(f"treespec up: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if cfg.curve_dir:
+        from common.transport import ensure_curve_keys
+        ensure_curve_keys(cfg.curve_dir)
+    Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
+    env = child_env(cfg)
+    services = [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg)]
+    try:
+        return _supervise(cfg, services, stop)
+    finally:
+        stop_all(services)
+
+
+def _supervise(cfg: Config, services: list[Service], stop: threading.Event) -> int:
+    why = wait_ready(cfg, services, stop)
+    if why is not None:
+        print(f"treespec up: failed to start: {why} (logs in {cfg.log_dir}/)", file=sys.stderr)
+        return 0 if why == "interrupted" else 1
+    print(f"treespec up: ready (scheduler {cfg.scheduler_address}; http port {cfg.port}; "
+          f"logs in {cfg.log_dir}/)", flush=True)
+    while not stop.wait(POLL_S):
+        dead = first_dead(services)
+        if dead is not None:
+            print(f"treespec up: {dead.name} exited with status {dead.proc.returncode}: {dead.last_line()}",
+                  file=sys.stderr)
+            return 1
+    return 0
