@@ -1,0 +1,75 @@
+"""Socket helpers: framing, CURVE authentication, and the torch-free import boundary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import zmq
+
+from common import transport, wire
+
+
+def _pair(ctx, addr, curve_dir=""):
+    router, auth = transport.bind_router(ctx, addr, curve_dir)
+    return router, auth
+
+
+class TestFraming:
+    def test_dealer_message_arrives_as_identity_plus_one_frame(self):
+        """A DEALER's message reaches the ROUTER as [identity, wire frame] and decodes."""
+        ctx = zmq.Context()
+        router, _ = _pair(ctx, "inproc://framing")
+        dealer = transport.connect_dealer(ctx, "inproc://framing")
+        dealer.send(wire.encode(wire.Abort("r1")))
+        ident, msg = transport.split_router(router.recv_multipart())
+        assert msg == wire.Abort("r1") and ident
+        router.close(), dealer.close(), ctx.term()
+
+    def test_extra_frames_raise_wire_error(self):
+        """Three frames from a ROUTER are not a message."""
+        with pytest.raises(wire.WireError):
+            transport.split_router([b"id", b"a", b"b"])
+
+
+class TestCurve:
+    def test_only_authorized_clients_are_served(self, tmp_path):
+        """With CURVE on, the authorized client key gets replies; an unknown key gets none."""
+        transport.ensure_curve_keys(str(tmp_path))
+        zmq.auth.create_certificates(str(tmp_path), "stranger")
+        ctx = zmq.Context()
+        router, auth = _pair(ctx, "tcp://127.0.0.1:*", str(tmp_path))
+        addr = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        good = transport.connect_dealer(ctx, addr, str(tmp_path))
+        bad = transport.connect_dealer(ctx, addr, str(tmp_path), cert="stranger")
+        for sock in (good, bad):
+            sock.send(wire.encode(wire.Abort("x")))
+        assert router.poll(3000)
+        ident, _ = transport.split_router(router.recv_multipart())
+        assert not router.poll(1000)  # the stranger's message never arrives
+        router.send_multipart([ident, wire.encode(wire.Abort("ok"))])
+        assert wire.decode(good.recv()) == wire.Abort("ok")
+        for s in (good, bad, router):
+            s.close()
+        auth.stop()
+        ctx.term()
+
+
+class TestTorchFree:
+    def test_scheduler_gateway_and_common_do_not_import_torch(self):
+        """Importing the scheduler, gateway and common (outside common.modeling) leaves torch unloaded."""
+        import pkgutil
+        from pathlib import Path
+        root = Path(__file__).resolve().parents[2]
+        mods = ["common." + m.name for m in pkgutil.iter_modules([str(root / "common")]) if m.name != "modeling"]
+        for pkg in ("services/scheduler", "services/gateway"):
+            mods += [pkg.replace("/", ".") + "." + m.name for m in pkgutil.iter_modules([str(root / pkg)])]
+        mods += ["services.worker", "treespec.launcher"]
+        code = ("import importlib, json, sys\n"
+                f"for m in {mods!r}: importlib.import_module(m)\n"
+                "print(json.dumps(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.'))))")
+        out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == []
