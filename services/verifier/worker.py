@@ -22,14 +22,14 @@ class VerifierWorker:
     hello: wire.Hello
 
     def slots_used(self) -> int:
-        return self.runner.cache.slots_used
+        inner = getattr(self.runner, "runner", self.runner)  # TensorParallelVerifier wraps rank 0's
+        return inner.cache.slots_used
 
 
 def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
     """Load the main model, size its KV pool, warm it up with one tiny step.
 
-    Raises NotImplementedError for ``tensor_parallel_size`` > 1 until
-    ``services/verifier/tensor_parallel.py`` provides ``build_worker(cfg, replica, log)`` (returning an object with ``runner``, ``hello``, ``slots_used()``);
+    ``tensor_parallel_size`` > 1 runs a TensorParallelVerifier. Raises
     FileNotFoundError / ValueError (model), MemoryBudgetError (KV budget).
     """
     if cfg.tensor_parallel_size > 1:
@@ -51,11 +51,15 @@ def _warm_up(runner) -> None:
 
 
 def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:
-    """Hook for the tensor-parallel verifier (rank 0 serves ZeroMQ, others follow)."""
-    try:
-        from services.verifier import tensor_parallel
-    except ImportError as exc:
-        raise NotImplementedError(
-            f"tensor_parallel_size={cfg.tensor_parallel_size} needs services/verifier/tensor_parallel.py "
-            "(not available yet); set tensor_parallel_size = 1") from exc
-    return tensor_parallel.build_worker(cfg, replica, log)
+    """Rank 0 of a tensor-parallel group (``services/verifier/tensor_parallel.py``) serves
+    ZeroMQ; slots are sized as for one rank holding the whole KV (conservative)."""
+    from services.verifier import tensor_parallel
+    model, tok = main_model(cfg)
+    slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
+    del model
+    tp = tensor_parallel.build_verifier(cfg.main_model_path, cfg.dtype, slots, max_len,
+                                        cfg.tensor_parallel_size, cfg.device)
+    _warm_up(tp)
+    log.info("tensor-parallel verifier ready", ranks=cfg.tensor_parallel_size, slots=slots, max_len=max_len)
+    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)))
+    return VerifierWorker(tp, hello)
