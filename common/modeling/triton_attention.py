@@ -78,7 +78,7 @@ def _tree_attn_kernel(Q, K, V, O, Slots, Starts, Vis, Bits,
     if UPCAST:
         q = q.to(tl.float32)
     slot = tl.load(Slots + b).to(tl.int64)
-    start = tl.load(Starts + b)
+    start = tl.load(Starts + b).to(tl.int32)
     vis = tl.load(Vis + b * stride_visb + t, mask=row_ok, other=0)
     k_base = K + slot * stride_ks + kvh * stride_kh
     v_base = V + slot * stride_ks + kvh * stride_kh

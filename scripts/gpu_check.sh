@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One-shot GPU check (< 8 min on one H200): CUDA env, Triton kernel tests on CUDA,
+# kernel-vs-SDPA timings, and `treespec bench` on the GPU. Every step has a timeout,
+# writes OUTDIR/<step>.log, and is recorded in OUTDIR/summary.json; a failed step does
+# not stop later ones (exit status = number of failed steps, capped at 100).
+#
+#   scripts/gpu_check.sh OUTDIR
+#
+# Env: PYTHON (a python with CUDA torch + triton; default: $GPU_VENV, then .venv, then
+# python3), TREESPEC_MODEL_CACHE (model files for the bench step).
+set -euo pipefail
+
+OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+GPU_VENV=${GPU_VENV:-/tmp/treespec-venv-gpu}  # outside the repo: never committed or carried
+export GPU_VENV
+SUMMARY="$OUT/summary.tsv"
+: > "$SUMMARY"
+FAILED=0
+
+log() { echo "[gpu_check $(date +%T)] $*" | tee -a "$OUT/gpu_check.log"; }
+
+# step NAME TIMEOUT_S CMD...: run with a timeout, log output, record status + seconds
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0 rc=0
+  t0=$(date +%s)
+  log "start $name (timeout ${limit}s)"
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1 || rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" >> "$SUMMARY"
+  if [ "$rc" -ne 0 ]; then FAILED=$((FAILED + 1)); log "FAIL $name rc=$rc"; tail -n 20 "$OUT/$name.log" || true
+  else log "ok $name"; fi
+}
+
+has_cuda() { "$1" -c 'import torch, triton; assert torch.cuda.is_available()' > /dev/null 2>&1; }
+
+pick_python() {
+  for cand in "${PYTHON:-}" "$GPU_VENV/bin/python" .venv/bin/python python3; do
+    if [ -n "$cand" ] && command -v "$cand" > /dev/null 2>&1 && has_cuda "$cand"; then echo "$cand"; return 0; fi
+  done
+  return 1
+}
+
+# fallback: a fresh venv with CUDA torch (needs a package index; the project's other
+# dependencies come from the system site-packages or the index)
+MAKE_VENV='python3 -m venv --system-site-packages "$GPU_VENV" &&
+  "$GPU_VENV/bin/pip" install -q torch==2.13.0 triton && "$GPU_VENV/bin/pip" install -q -e .'
+
+PY=$(pick_python || true)
+if [ -z "$PY" ]; then
+  step venv 150 bash -c "$MAKE_VENV"
+  PY=$(pick_python || true)
+fi
+if [ -z "$PY" ]; then
+  log "no python with CUDA torch + triton; see $OUT/venv.log"
+  printf 'env\t1\t0\n' >> "$SUMMARY"
+  exit 1
+fi
+log "python: $PY"
+step env 60 "$PY" -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.get_device_name())'
+
+step kernel_tests 90 "$PY" -m pytest -q -p no:cacheprovider tests/common/modeling/test_triton_attention.py
+step kernel_bench 90 "$PY" scripts/bench_tree_attention.py --device cuda --out "$OUT/bench_attention.json"
+step treespec_bench 150 "$PY" -m treespec.cli bench --dataset humaneval --limit 5 --max-new-tokens 128 \
+  --device cuda --json "$OUT/bench.json"
+
+"$PY" - "$SUMMARY" "$OUT/summary.json" <<'PYEOF' || true
+import json, sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
+steps = [{"step": n, "rc": int(rc), "seconds": int(s), "ok": rc == "0"} for n, rc, s in rows]
+json.dump({"steps": steps, "ok": all(s["ok"] for s in steps)}, open(sys.argv[2], "w"), indent=2)
+PYEOF
+log "done: $FAILED failed step(s); results in $OUT"
+exit $(( FAILED > 100 ? 100 : FAILED ))
