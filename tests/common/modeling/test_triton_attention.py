@@ -73,6 +73,14 @@ class TestKernelAgainstSdpa:
         check(results["masked-row-bf16"])
 
 
+class TestModelForward:
+    """The decoder's forward gives the same hidden states with the kernel."""
+
+    def test_tiny_model_padded_batch(self, results):
+        """A padded two-sequence tiny-model forward through the kernel matches the CPU SDPA forward."""
+        check(results["model"])
+
+
 class TestCompactMask:
     """The dense mask converts to prefix lengths plus packed ancestor bits."""
 

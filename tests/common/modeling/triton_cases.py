@@ -65,6 +65,26 @@ def run_case(name: str, seed: int, dtype, ratio: int, prefix: list[int], pending
             "zero_rows": bool((out[~seen] == 0).all())}
 
 
+def model_case() -> dict:
+    """Tiny model: a padded 2-sequence forward through the kernel (on DEVICE) equals the
+    SDPA forward on the CPU."""
+    import common.modeling.model as model_mod
+    from common.modeling.loader import load_model
+    from common.modeling.runner import forward_segments
+    rng = np.random.default_rng(7)
+    parents = [random_parents(rng, 6), random_parents(rng, 2)]
+    trees = [rng.integers(0, 1000, len(p)) for p in parents]
+    hidden = {}
+    for name, attn, dev in (("sdpa", tree_attention, "cpu"), ("triton", tree_attention_triton, DEVICE)):
+        model_mod.tree_attention = attn  # on CUDA tree_attention itself dispatches to the kernel
+        model, _ = load_model("tiny-random:0", "float32", dev)
+        out = forward_segments(model, model.new_cache(2, 64), [0, 1], [[1, 2, 3, 4], [5]], trees, parents)
+        hidden[name] = [h.cpu() for h in out]
+    model_mod.tree_attention = tree_attention
+    err = max(float((a - b).abs().max()) for a, b in zip(hidden["sdpa"], hidden["triton"]))
+    return {"name": "model", "dtype": "torch.float32", "err": err, "tol": 1e-4, "finite": True, "zero_rows": True}
+
+
 def cases() -> list[dict]:
     """Random trees (1-128 nodes, prefix 0-300, GQA ratios 1/2/6) and edge cases."""
     dtypes = [torch.float32, torch.bfloat16, torch.float16]
@@ -80,7 +100,7 @@ def cases() -> list[dict]:
         out.append(run_case(f"random-{i}", 100 + i, dtypes[i % 3], (1, 2, 6)[i % 3],
                             [int(x) for x in rng.integers(0, 301, b)], [int(x) for x in rng.integers(1, 4, b)],
                             [int(x) for x in rng.integers(1, 129, b)]))
-    return out
+    return out + [model_case()]
 
 
 if __name__ == "__main__":
