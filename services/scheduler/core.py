@@ -112,9 +112,14 @@ class SchedulerCore:
         return seq
 
     def draft_seq(self, seq: Sequence, tree_size: int, max_depth: int) -> wire.DraftSeq:
-        """The draft-step entry for ``seq``; marks its new tokens as sent to the draft."""
+        """The draft-step entry for ``seq``; marks its new tokens as sent to the draft.
+
+        The draft needs at least one new token (its hidden state is the tree's root): when it
+        already holds every token (the verifier lost the last round), the last one is re-sent
+        at ``prefix_len - 1`` and the worker rolls its KV back by one."""
         toks = seq.tokens
-        entry = wire.DraftSeq(seq.request_id, seq.draft_seen, toks[seq.draft_seen:], tree_size, max_depth,
+        start = min(seq.draft_seen, len(toks) - 1)
+        entry = wire.DraftSeq(seq.request_id, start, toks[start:], tree_size, max_depth,
                               seq.params.temperature, seq.params.top_p, seq.params.top_k)
         seq.draft_seen = len(toks)
         return entry

@@ -103,6 +103,15 @@ class TestRoundEntries:
         assert (d.prefix_len, d.new_tokens) == (3, [5, 6, 42])
         assert (v.prefix_len, v.new_tokens) == (5, [42])
 
+    def test_draft_always_gets_a_root_token(self):
+        """When the draft already holds every token (the verifier lost the round), the last
+        token is re-sent one position earlier so the draft has a root state."""
+        core = _core()
+        seq = _running(core, max_tokens=10)
+        core.draft_seq(seq, 16, 4)
+        d = core.draft_seq(seq, 16, 4)
+        assert (d.prefix_len, d.new_tokens) == (2, [3])
+
     def test_round_seed_depends_on_length_only(self):
         """The per-round seed depends on the request seed and committed length."""
         core = _core()
