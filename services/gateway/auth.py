@@ -54,13 +54,15 @@ def authenticate(store: KeyStore, header: str | None) -> str | None:
     """
     if not store.enabled:
         return None
+    challenge = {"WWW-Authenticate": 'Bearer realm="treespec"'}  # RFC 7235: every 401 names its scheme
     scheme, _, key = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
-                       type="authentication_error", code="invalid_api_key")
+                       type="authentication_error", code="invalid_api_key", headers=challenge)
     name = store.lookup(key.strip())
     if name is None:
-        raise ApiError(401, "invalid API key", type="authentication_error", code="invalid_api_key")
+        raise ApiError(401, "invalid API key", type="authentication_error", code="invalid_api_key",
+                       headers=challenge)
     return name
 
 
