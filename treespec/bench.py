@@ -3,6 +3,9 @@ in one process and one run, on the same prompts; JSON out, optional plots.
 
 Repeat: ``treespec bench --dataset humaneval --limit 20 --max-new-tokens 128 \
 --baseline hf-assisted --json bench-out/humaneval.json``
+
+Against a running deployment (no model loaded here): ``treespec bench --url
+http://127.0.0.1:8000 --concurrency 1,2,4,8 --dataset spec_bench --json bench-out/http.json``
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from common.config import ConfigError, load_config
@@ -27,6 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--tree-size", default=None, help="tree nodes for the spec run (default: config, 'auto')")
     a("--tree-sizes", default="", help="also sweep these tree sizes, e.g. 1,4,8,16,32,64,128")
     a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8")
+    a("--url", default=None, help="benchmark a running gateway over HTTP (needs --concurrency)")
     a("--plots", default=None, help="directory for PNG plots")
     a("--config", default=None)
     a("--model-path", default=None)
@@ -53,6 +58,8 @@ def write_json(path: str, data: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.url:
+        return run_http(args)
     from treespec.bench_data import load_prompts
     try:
         cfg = load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
@@ -83,4 +90,38 @@ def run(args: argparse.Namespace) -> int:
         from treespec.bench_plot import plot_all
         plot_all(result, Path(args.plots))
     print(json.dumps(result["aggregate"], indent=2))
+    return 0
+
+
+def run_http(args: argparse.Namespace) -> int:
+    """``--url``: concurrency rows measured over HTTP; the in-process runs are skipped."""
+    from treespec.bench_data import load_prompts
+    import aiohttp
+
+    from treespec.bench_http import BenchHttpError, concurrency
+    try:
+        levels = _ints(args.concurrency) or [1]
+        if args.max_new_tokens < 1 or min(levels) < 1:
+            raise ConfigError("--max-new-tokens and every --concurrency level must be at least 1")
+        if args.tree_sizes or args.baseline:
+            raise ConfigError("--tree-sizes and --baseline need the in-process bench (drop --url)")
+        prompts = load_prompts(args.dataset, args.limit)
+        if not prompts:
+            raise ConfigError(f"dataset {args.dataset!r} has no prompts")
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"treespec bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        rows = concurrency(args.url, prompts, args.max_new_tokens, levels)
+    except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
+        return 1
+    result = {"config": {"url": args.url, "dataset": args.dataset, "prompts": len(prompts),
+                         "max_new_tokens": args.max_new_tokens, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+              "concurrency": rows, "command": "treespec " + " ".join(sys.argv[1:])}
+    write_json(args.json, result)
+    if args.plots:
+        from treespec.bench_plot import plot_all
+        plot_all(result, Path(args.plots))
+    print(json.dumps(rows, indent=2))
     return 0

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 def plot_all(result: dict, out: Path) -> list[Path]:
     """Write every plot the result has data for; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
-    written = [_mal_by_category(result, out / "mal_by_category.png")]
+    written = [_mal_by_category(result, out / "mal_by_category.png")] if result.get("by_category") else []
     if result.get("tree_size_sweep"):
         written.append(_tree_sweep(result["tree_size_sweep"], out / "tokens_per_s_vs_tree_size.png"))
     if result.get("concurrency"):
@@ -59,8 +59,10 @@ def _tree_sweep(rows: list[dict], path: Path) -> Path:
 def _concurrency(rows: list[dict], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     fig2, ax2 = plt.subplots(figsize=(6, 4))
-    for mode, style in (("plain", "o-"), ("spec", "s-")):
+    for mode, style in (("plain", "o-"), ("spec", "s-"), ("http", "^-")):
         rs = [r for r in rows if r["mode"] == mode]
+        if not rs:
+            continue
         xs = [r["concurrency"] for r in rs]
         ax.plot(xs, [r["tokens_per_s"] for r in rs], style, label=mode)
         ax2.plot(xs, [r["itl_p50_ms"] for r in rs], style, label=f"{mode} p50")

@@ -1,0 +1,81 @@
+"""``treespec bench --url``: concurrency rows measured over HTTP against a tiny deployment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.cluster import free_port
+from tests.integration.deployment import Deployment
+from treespec.bench_http import event_tokens, percentile_ms, request_body
+from treespec.bench_data import Prompt
+
+pytestmark = pytest.mark.timeout(300)
+MAX_NEW = 6
+LEVELS = [1, 2, 4, 8]
+# Runs the CLI, then fails if the HTTP bench pulled in torch (no model may be loaded).
+NO_TORCH = "import sys; from treespec.cli import main; rc = main(sys.argv[1:]); " \
+           "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    dep = Deployment.start(tmp_path_factory.mktemp("bench"), tree_size=4)
+    try:
+        yield dep.wait_ready()
+    finally:
+        dep.stop()
+
+
+def bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", NO_TORCH, "bench", *args], capture_output=True,
+                          text=True, timeout=240)
+
+
+class TestHelpers:
+    def test_event_tokens_counts_logprob_entries(self):
+        """Completions count logprobs.tokens, chat counts logprobs.content; usage events 0."""
+        assert event_tokens({"choices": [{"logprobs": {"tokens": ["a", "b"]}}]}) == 2
+        assert event_tokens({"choices": [{"logprobs": {"content": [{}, {}, {}]}}]}) == 3
+        assert event_tokens({"choices": [], "usage": {"completion_tokens": 5}}) == 0
+
+    def test_percentile_nearest_rank_in_ms(self):
+        """p50 of 1..4 s is the third value (nearest rank), in ms; empty gives 0."""
+        assert percentile_ms([0.004, 0.001, 0.003, 0.002], 0.5) == pytest.approx(3.0)
+        assert percentile_ms([], 0.99) == 0.0
+
+    def test_chat_prompts_use_the_chat_route(self):
+        """A chat prompt goes to /v1/chat/completions with logprobs; greedy and streamed."""
+        path, body = request_body(Prompt("0", "x", "hi", True), 5)
+        assert path == "/v1/chat/completions" and body["logprobs"] is True
+        assert body["temperature"] == 0.0 and body["stream"] and body["max_tokens"] == 5
+
+
+class TestBenchUrl:
+    def test_concurrency_rows_over_http(self, deployment, tmp_path):
+        """--url --concurrency 1,2,4,8 writes http rows (tokens, TTFT, ITL) and plots, without torch."""
+        prompts = tmp_path / "prompts.txt"
+        prompts.write_text("Say hello.\nCount to five.\n你好，世界 🌍\n")
+        out = tmp_path / "http.json"
+        done = bench(tmp_path, "--url", deployment.url, "--concurrency", ",".join(map(str, LEVELS)),
+                     "--dataset", str(prompts), "--max-new-tokens", str(MAX_NEW), "--json", str(out),
+                     "--plots", str(tmp_path / "plots"))
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(out.read_text())["concurrency"]
+        assert [r["concurrency"] for r in rows] == LEVELS
+        for r in rows:
+            assert r["mode"] == "http" and r["tokens"] == r["concurrency"] * MAX_NEW
+            assert r["tokens_per_s"] > 0 and 0 < r["ttft_p50_ms"] and 0 < r["itl_p50_ms"] <= r["itl_p99_ms"]
+        assert (tmp_path / "plots" / "throughput_vs_concurrency.png").exists()
+
+    def test_unreachable_url_exits_1(self, tmp_path):
+        """Nothing listening at --url: a one-line error and exit status 1."""
+        prompts = tmp_path / "p.txt"
+        prompts.write_text("hi\n")
+        done = bench(tmp_path, "--url", f"http://127.0.0.1:{free_port()}", "--dataset", str(prompts),
+                     "--json", str(tmp_path / "x.json"))
+        assert done.returncode == 1 and "treespec bench:" in done.stderr
+        assert not (tmp_path / "x.json").exists()

@@ -1,0 +1,117 @@
+"""``treespec bench --url``: throughput and latency of a running deployment over HTTP.
+
+At each concurrency level N, N streaming requests (greedy, ``max_tokens`` = the bench's
+``--max-new-tokens``, EOS ignored) are sent at once with aiohttp; chat prompts go to
+/v1/chat/completions, the others to /v1/completions. Each request asks for logprobs
+(top 0) so that every streamed event says how many tokens it carries. Measured per level:
+aggregate tokens/s (all tokens / wall time of the level), time to first token, and the
+inter-token latency (gap between events / tokens in the event, one sample per token).
+Torch-free: no model is loaded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from treespec.bench_data import Prompt
+
+MODE = "http"
+DATA_PREFIX = b"data: "
+DONE = b"[DONE]"
+REQUEST_TIMEOUT_S = 600.0
+
+
+class BenchHttpError(RuntimeError):
+    """The server refused a request or broke a stream."""
+
+
+@dataclass
+class Stream:
+    """One streamed request's timings (seconds, perf_counter) and token count."""
+
+    start: float
+    first: float | None = None
+    tokens: int = 0
+    itl: list[float] = field(default_factory=list)  # one entry per token after the first event
+
+
+def request_body(prompt: Prompt, max_new: int) -> tuple[str, dict]:
+    """(path, JSON body) of a greedy streaming request for ``prompt``."""
+    common = {"max_tokens": max_new, "temperature": 0.0, "ignore_eos": True, "stream": True}
+    if prompt.chat:
+        return "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt.text}],
+                                        "logprobs": True, "top_logprobs": 0, **common}
+    return "/v1/completions", {"prompt": prompt.text, "logprobs": 0, **common}
+
+
+def event_tokens(event: dict) -> int:
+    """Tokens carried by one streamed JSON event (from its logprobs)."""
+    n = 0
+    for choice in event.get("choices", []):
+        lp = choice.get("logprobs") or {}
+        n += len(lp.get("content") or lp.get("tokens") or [])
+    return n
+
+
+async def stream_one(session: aiohttp.ClientSession, url: str, prompt: Prompt, max_new: int) -> Stream:
+    """Send one streaming request and time its events."""
+    path, body = request_body(prompt, max_new)
+    s = Stream(time.perf_counter())
+    last = s.start
+    async with session.post(url + path, json=body) as resp:
+        if resp.status != 200:
+            raise BenchHttpError(f"{path}: HTTP {resp.status}: {(await resp.text())[:300]}")
+        async for line in resp.content:
+            payload = line.strip()
+            if not payload.startswith(DATA_PREFIX):
+                continue
+            payload = payload[len(DATA_PREFIX):]
+            if payload == DONE:
+                return s
+            event = json.loads(payload)
+            if "error" in event:
+                raise BenchHttpError(f"{path}: stream error: {event['error'].get('message')}")
+            n, now = event_tokens(event), time.perf_counter()
+            if n and s.first is None:
+                s.first = now
+            elif n:
+                s.itl += [(now - last) / n] * n
+            s.tokens += n
+            last = now if n else last
+    raise BenchHttpError(f"{path}: stream ended without [DONE]")
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    """The ``q`` quantile (nearest rank, as in bench_run) in milliseconds; 0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return 1e3 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run_level(url: str, prompts: list[Prompt], max_new: int) -> dict:
+    """All ``prompts`` at once; one concurrency row."""
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        t0 = time.perf_counter()
+        streams = await asyncio.gather(*(stream_one(session, url, p, max_new) for p in prompts))
+        secs = time.perf_counter() - t0
+    total = sum(s.tokens for s in streams)
+    itl = [x for s in streams for x in s.itl]
+    ttft = [s.first - s.start for s in streams if s.first is not None]
+    return {"mode": MODE, "tree_size": None, "concurrency": len(prompts), "tokens": total,
+            "seconds": secs, "tokens_per_s": total / secs if secs > 0 else 0.0,
+            "itl_p50_ms": percentile_ms(itl, 0.5), "itl_p99_ms": percentile_ms(itl, 0.99),
+            "ttft_p50_ms": percentile_ms(ttft, 0.5)}
+
+
+def concurrency(url: str, prompts: list[Prompt], max_new: int, levels: list[int]) -> list[dict]:
+    """One row per level; the level's requests cycle through ``prompts``."""
+    url = url.rstrip("/")
+    return [asyncio.run(run_level(url, [prompts[i % len(prompts)] for i in range(c)], max_new))
+            for c in levels]
