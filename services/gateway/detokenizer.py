@@ -35,6 +35,15 @@ class IncrementalDetokenizer:
         self._ids.extend(tokens)
         return self._advance(self._tokenizer.decode(self._ids).rstrip(REPLACEMENT))
 
+    def trim_to(self, chars: int, new: int) -> int:
+        """Keep only as many of the last ``new`` tokens as the first ``chars`` characters
+        of the text need (a stop string ended the output there); returns how many."""
+        base = len(self._ids) - new
+        keep = next((k for k in range(1, new + 1)
+                     if len(self._tokenizer.decode(self._ids[:base + k])) >= chars), new)
+        del self._ids[base + keep:]
+        return keep
+
     def flush(self) -> str:
         """At the end of the output: emit what is left, incomplete characters included."""
         return self._advance(self._tokenizer.decode(self._ids))

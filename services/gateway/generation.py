@@ -43,6 +43,7 @@ class Generation:
         self._backend, self._metrics = backend, metrics
         self.request_id, self._prompt, self._params = request_id, prompt, params
         self._detok, self._stops = IncrementalDetokenizer(tokenizer), StopMatcher(stops)
+        self._released = 0  # characters the stop matcher has let through
         self.prompt_tokens, self.completion_tokens = len(prompt), 0
         self._done, self._status = False, wire.FinishReason.ABORT.value  # type: str | None
         self._start = self._last = time.monotonic()
@@ -70,11 +71,18 @@ class Generation:
         if delta.finish is wire.FinishReason.ERROR or delta.error:
             raise BackendUnavailable(delta.error or "the backend failed this request")
         self._observe(delta)
-        text = self._detok.push(delta.tokens) + (self._detok.flush() if delta.finish else "")
+        tokens, logprobs = list(delta.tokens), delta.logprobs
+        text = self._detok.push(tokens) + (self._detok.flush() if delta.finish else "")
         matched = self._stops.push(text)
         finish = delta.finish.value if delta.finish else None
+        self._released += len(matched.text)
         if matched.stopped:
             finish = wire.FinishReason.STOP.value
+            # Tokens past the one that completed the stop string are not part of the
+            # output: drop them from logprobs and usage (as vLLM does).
+            keep = self._detok.trim_to(self._released + len(matched.stop), len(tokens))
+            self.completion_tokens -= len(tokens) - keep
+            tokens, logprobs = tokens[:keep], (logprobs[:keep] if logprobs is not None else None)
         elif finish is not None:
             matched = type(matched)(matched.text + self._stops.flush(), False)
         if finish is not None:
@@ -82,7 +90,7 @@ class Generation:
             if delta.finish is None:  # a stop string ended it; the scheduler is still going
                 await self._backend.abort(self.request_id)
             self._done = True
-        return Piece(matched.text, list(delta.tokens), delta.logprobs, finish)
+        return Piece(matched.text, tokens, logprobs, finish)
 
     def _observe(self, delta: wire.TokenDelta) -> None:
         now, n = time.monotonic(), len(delta.tokens)

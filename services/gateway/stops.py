@@ -14,6 +14,7 @@ from dataclasses import dataclass
 class StopResult:
     text: str  # safe to emit now
     stopped: bool  # a stop string matched; ``text`` ends right before it
+    stop: str = ""  # the stop string that matched
 
 
 class StopMatcher:
@@ -30,8 +31,9 @@ class StopMatcher:
         self._pending += chunk
         hit = self._first_match()
         if hit is not None:
-            text, self._pending = self._pending[:hit], ""
-            return StopResult(text, True)
+            at, stop = hit
+            text, self._pending = self._pending[:at], ""
+            return StopResult(text, True, stop)
         keep = self._partial_suffix_len()
         cut = len(self._pending) - keep
         text, self._pending = self._pending[:cut], self._pending[cut:]
@@ -42,9 +44,10 @@ class StopMatcher:
         text, self._pending = self._pending, ""
         return text
 
-    def _first_match(self) -> int | None:
-        found = [i for i in (self._pending.find(s) for s in self._stops) if i >= 0]
-        return min(found) if found else None
+    def _first_match(self) -> tuple[int, str] | None:
+        """(position, stop string) of the earliest match; the shortest stop on a tie."""
+        found = [(i, len(s), s) for s, i in ((s, self._pending.find(s)) for s in self._stops) if i >= 0]
+        return (min(found)[0], min(found)[2]) if found else None
 
     def _partial_suffix_len(self) -> int:
         """Length of the longest suffix of the pending text that is a proper prefix of a stop."""

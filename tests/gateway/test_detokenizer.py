@@ -51,3 +51,12 @@ class TestWithQwenTokenizer:
         pieces = [detok.push([t]) for t in ids]
         assert "".join(pieces) + detok.flush() == qwen.decode(ids) == text
         assert all("\ufffd" not in p for p in pieces)
+
+class TestTrimTo:
+    def test_keeps_tokens_up_to_a_character_count(self):
+        """trim_to keeps the fewest new tokens whose text reaches the given length."""
+        detok = IncrementalDetokenizer(ByteTokenizer())
+        detok.push(list(b"ab"))
+        detok.push(list(b"cdef"))
+        assert detok.trim_to(4, 4) == 2  # "abcd": the first two of the four new bytes
+        assert detok.trim_to(9, 2) == 2  # never more than the new tokens

@@ -41,3 +41,7 @@ class TestStopMatcher:
     def test_no_stops_passes_through(self):
         """Without stop strings text is never held back."""
         assert run([], ["a", "b"])[2] == ["a", "b"]
+
+    def test_result_names_the_stop_that_matched(self):
+        """The earliest match wins; on a tie at one position the shorter stop string."""
+        assert StopMatcher(["yz", "cE", "cEN"]).push("abcENDxyz").stop == "cE"

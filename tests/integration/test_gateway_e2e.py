@@ -174,12 +174,19 @@ def reference(spec) -> list[dict]:
 
 class TestStops:
     def _check_stop(self, url: str, stop: str, full: str) -> None:
-        expected = full[:full.index(stop)]
-        whole = complete(url, max_tokens=40, ignore_eos=True, stop=[stop])
-        _, events = stream(url, max_tokens=40, ignore_eos=True, stop=[stop])
-        for text, finish in ((whole["choices"][0]["text"], whole["choices"][0]["finish_reason"]),
-                             (text_of(events), finish_of(events))):
-            assert (text, finish) == (expected, "stop")
+        """Text ends right before ``stop``; logprobs and usage end at the token completing it."""
+        expected, end = full[:full.index(stop)], full.index(stop) + len(stop)
+        args = dict(max_tokens=40, ignore_eos=True, stop=[stop], logprobs=0)
+        whole = complete(url, **args)
+        _, events = stream(url, **args, stream_options={"include_usage": True})
+        choice = whole["choices"][0]
+        tokens = choice["logprobs"]["tokens"]
+        assert (choice["text"], choice["finish_reason"]) == (expected, "stop")
+        assert len("".join(tokens[:-1])) < end <= len("".join(tokens))
+        assert whole["usage"]["completion_tokens"] == len(tokens)
+        assert (text_of(events), finish_of(events)) == (expected, "stop")
+        assert [t for c in chunks_of(events) for t in c] == tokens
+        assert events[-1]["usage"]["completion_tokens"] == len(tokens)
 
     def test_stop_string_inside_one_chunk(self, spec, reference):
         """A stop string strictly inside a multi-token event truncates right before it."""
