@@ -206,6 +206,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     slots_total: int = 0
     max_len: int = 0
     eos_ids: list[int] = []  # verifier: the main model's end-of-sequence token ids
+    cost_ms: list[tuple[int, float]] = []  # measured (tokens per forward, ms) for tree_size auto
     v: int = PROTOCOL_VERSION
 
 

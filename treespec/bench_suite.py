@@ -8,8 +8,8 @@ import time
 import torch
 from tqdm import tqdm
 
-from common.config import Config
-from common.modeling.build import eos_ids, load_pair, make_engine
+from common.config import AUTO, Config
+from common.modeling.build import eos_ids, load_pair, make_engine, measure_costs
 from services.scheduler.tree_policy import choose_tree
 from treespec.bench_run import Run, divergence, run_concurrent, run_one
 from treespec.generate import encode_prompt
@@ -22,10 +22,13 @@ class Suite:
         self.cfg, self.prompts, self.max_new, self.slots = cfg, prompts, max_new, slots
         self.main, self.draft, self.tok = load_pair(cfg)
         self.ids = [encode_prompt(self.tok, p.text, p.chat) for p in prompts]
-        self.tree = choose_tree(cfg, 1)
+        self.auto = cfg.tree_size == AUTO
+        self.costs = measure_costs(self.main, self.draft) if self.auto else None
+        self.tree = None if self.auto else choose_tree(cfg, 1)
 
-    def _engine(self, tree: tuple[int, int], slots: int = 1):
-        return make_engine(self.cfg, self.main, self.draft, self.tok, slots, tree)
+    def _engine(self, tree: tuple[int, int] | None, slots: int = 1):
+        """tree None = the tree_size "auto" policy (measured costs, online acceptance)."""
+        return make_engine(self.cfg, self.main, self.draft, self.tok, slots, tree, self.costs)
 
     def compare(self) -> dict:
         """Each prompt: plain greedy (recording logit gaps), then speculative greedy."""
@@ -44,8 +47,10 @@ class Suite:
 
     def _describe(self) -> dict:
         return {"main_model_path": self.cfg.main_model_path, "draft_model_path": self.cfg.draft_model_path,
-                "dtype": self.cfg.dtype, "device": self.cfg.device, "tree_size": self.tree[0],
-                "max_depth": self.tree[1], "draft_quantization": self.cfg.draft_quantization,
+                "dtype": self.cfg.dtype, "device": self.cfg.device,
+                "tree_size": "auto" if self.auto else self.tree[0], "max_accept_length": self.cfg.max_accept_length,
+                "cost_curves_ms": {"verify": self.costs[0].points, "draft": self.costs[1].points} if self.costs else None,
+                "draft_quantization": self.cfg.draft_quantization,
                 "draft_vocab_size": self.cfg.draft_vocab_size, "max_new_tokens": self.max_new,
                 "prompts": len(self.prompts), "torch_threads": torch.get_num_threads(),
                 "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -116,7 +121,9 @@ class Suite:
         rows = []
         for c in tqdm(levels, desc="concurrency", unit="level"):
             prompts = [self.ids[i % len(self.ids)] for i in range(c)]
-            for mode, tree in (("plain", (0, 0)), ("spec", choose_tree(self.cfg, c))):
-                r = run_concurrent(self._engine(tree, slots=c), prompts, self.max_new)
-                rows.append({"mode": mode, "tree_size": tree[0], **r})
+            for mode, tree in (("plain", (0, 0)), ("spec", self.tree)):
+                eng = self._engine(tree, slots=c)
+                r = run_concurrent(eng, prompts, self.max_new)
+                size = tree[0] if tree else f"auto (last {eng.policy.best[0]}: {eng.policy.last_reason})"
+                rows.append({"mode": mode, "tree_size": size, **r})
         return rows

@@ -41,3 +41,36 @@ def forward_segments(model: DecoderModel, cache: KVCache, slots: list[int], pend
         for row, i in enumerate(group):
             out[i] = hidden[row, :lengths[i]]
     return out  # type: ignore[return-value]
+
+
+COST_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # tokens per forward pass to time
+COST_PREFIX = 64  # committed tokens in the scratch sequence while timing
+
+
+def measure_forward_ms(model: DecoderModel, cache: KVCache, grid: tuple[int, ...] = COST_GRID,
+                       reps: int = 3) -> list[tuple[int, float]]:
+    """Time one forward over T tokens (1 pending + a chain of T - 1 tree nodes) after a
+    short prefix, for each T in ``grid`` that fits; median of ``reps`` runs, in ms.
+
+    Uses a scratch slot, freed afterwards. Raises CacheFullError if no slot is free.
+    """
+    import time
+    slot = cache.allocate()
+    try:
+        prefix = [int(t) for t in torch.randint(0, model.spec.vocab_size, (COST_PREFIX,))]
+        forward_segments(model, cache, [slot], [prefix], [np.zeros(0, np.int64)], [np.zeros(0, np.int32)])
+        cache.commit(slot, list(range(COST_PREFIX)))
+        out = []
+        for t in grid:
+            if COST_PREFIX + t > cache.max_len:
+                break
+            tree = np.arange(1, t, dtype=np.int64), np.arange(-1, t - 2, dtype=np.int32)
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                forward_segments(model, cache, [slot], [[1]], [tree[0]], [tree[1]])
+                times.append((time.perf_counter() - t0) * 1e3)
+            out.append((t, float(np.median(times))))
+        return out
+    finally:
+        cache.free(slot)

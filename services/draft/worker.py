@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 
 from common import wire
+from common.config import AUTO
+from common.modeling.runner import measure_forward_ms
 from common.config import Config
 from common.modeling.budget import plan_slots
 from common.modeling.build import TREE_HEADROOM, draft_model
@@ -36,5 +38,6 @@ def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     size, depth = choose_tree(cfg, 1)
     runner.step(wire.DraftStep(0, [wire.DraftSeq(WARMUP_ID, 0, WARMUP_TOKENS, max(size, 1), max(depth, 1))]))
     runner.free([WARMUP_ID])
-    log.info("draft model ready", model=cfg.draft_model_path, slots=slots, max_len=max_len)
-    return DraftWorker(runner, wire.Hello(wire.Role.DRAFT, replica, os.getpid(), slots, max_len))
+    cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
+    log.info("draft model ready", model=cfg.draft_model_path, slots=slots, max_len=max_len, cost_ms=cost)
+    return DraftWorker(runner, wire.Hello(wire.Role.DRAFT, replica, os.getpid(), slots, max_len, cost_ms=cost))

@@ -15,6 +15,7 @@ from typing import Iterator, Protocol
 from common import wire
 from common.tree import TokenTree
 from services.scheduler.core import SchedulerCore
+from services.scheduler.tree_policy import TreePolicy
 
 EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
 
@@ -38,9 +39,10 @@ class LocalEngine:
     """Runs rounds for all running sequences; ``tree_size`` 0 = plain decoding."""
 
     def __init__(self, core: SchedulerCore, verifier: Runner, draft: Runner | None,
-                 tree_size: int, max_depth: int) -> None:
+                 tree_size: int, max_depth: int, policy: TreePolicy | None = None) -> None:
         self.core, self.verifier, self.draft = core, verifier, draft
         self.tree_size, self.max_depth = tree_size, max_depth
+        self.policy = policy  # tree_size "auto": chooses (size, depth) per round
         self.round = 0
         self.stats = RoundStats()
 
@@ -51,6 +53,8 @@ class LocalEngine:
         if not seqs:
             return []
         self.round += 1
+        if self.policy is not None:
+            self.tree_size, self.max_depth = self.policy.choose(len(seqs))
         trees = self._draft(seqs)
         vstep = wire.VerifyStep(self.round, [self.core.verify_seq(s, trees[s.request_id]) for s in seqs])
         res = self.verifier.step(vstep)
@@ -60,8 +64,10 @@ class LocalEngine:
         deltas = []
         for s in seqs:
             if s.request_id in res.outs:
-                tokens = trees[s.request_id].tokens.numpy().tolist()
-                deltas.append(self.core.commit(s, tokens, res.outs[s.request_id]))
+                tree, out = trees[s.request_id], res.outs[s.request_id]
+                if self.policy is not None:
+                    self.policy.observe(wire.tree_from_wire(tree), out.accepted)
+                deltas.append(self.core.commit(s, tree.tokens.numpy().tolist(), out))
                 self.stats.committed.append(len(deltas[-1].tokens))
         self._free([d.request_id for d in deltas if d.finish is not None])
         return deltas

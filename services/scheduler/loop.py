@@ -18,7 +18,7 @@ from common import transport, wire
 from common.config import Config
 from services.scheduler.core import SchedulerCore
 from services.scheduler.rounds import Out, RoundDriver
-from services.scheduler.tree_policy import choose_tree
+from services.scheduler.tree_policy import CostCurve
 from services.scheduler.workers import WorkerRegistry
 
 STATS_INTERVAL_S = 1.0
@@ -126,14 +126,25 @@ class SchedulerLoop:
             self._send(self.driver.worker_gone(old, now, "said hello again (restarted)"))
         if msg.role == wire.Role.VERIFIER and msg.eos_ids:
             self.core.eos_ids = frozenset(msg.eos_ids)
+        if msg.cost_ms:
+            self._install_cost(msg)
         self.log.info("worker joined", worker=msg.replica, role=msg.role.value, pid=msg.pid,
                       slots_total=msg.slots_total, max_len=msg.max_len)
+
+    def _install_cost(self, msg: wire.Hello) -> None:
+        """Feed a worker's measured cost curve to the tree_size=auto policy."""
+        try:
+            curve = CostCurve(tuple((int(t), float(ms)) for t, ms in msg.cost_ms))
+        except ValueError as exc:
+            self.log.warning("ignored cost curve", worker=msg.replica, error=str(exc))
+            return
+        self.driver.policy.set_costs(**{"verify" if msg.role == wire.Role.VERIFIER else "draft": curve})
 
     def _stats(self) -> wire.Stats:
         core = self.core
         beats = [w.heartbeat or wire.Heartbeat(w.role, w.replica, True, len(w.seqs), w.slots_total)
                  for w in self.workers.all()]
-        size, _ = choose_tree(self.cfg, max(len(core.running), 1))
+        size = self.driver.shape[0]
         return wire.Stats(len(core.running), len(core.waiting), core.num_drafts, core.num_draft_tokens,
                           core.num_accepted, list(core.accepted_per_pos), size, beats, self.driver.ready())
 

@@ -17,7 +17,7 @@ from common.config import Config
 from common.logging import round_event
 from common.tree import TokenTree
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence
-from services.scheduler.tree_policy import choose_tree
+from services.scheduler.tree_policy import TreePolicy, choose_tree
 from services.scheduler.workers import Worker, WorkerRegistry
 
 EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
@@ -53,6 +53,8 @@ class RoundDriver:
         self.losses: dict[str, int] = {}
         self.current: Round | None = None
         self.round_no = 0
+        self.policy = TreePolicy(cfg)
+        self.shape = choose_tree(cfg, 1)  # (size, depth) of the latest round
 
     @property
     def speculative(self) -> bool:
@@ -138,7 +140,11 @@ class RoundDriver:
         rnd = Round(self.round_no, wire.Role.DRAFT, now + self.step_timeout_s, [s.request_id for s in seqs],
                     {s.request_id: s.draft_seen for s in seqs})
         self.current = rnd
-        size, depth = choose_tree(self.cfg, len(seqs))
+        size, depth = self.policy.choose(len(seqs))
+        if (size, depth) != self.shape:
+            self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
+                          reason=self.policy.last_reason)
+            self.shape = (size, depth)
         groups: dict[str, list[wire.DraftSeq]] = {}
         for s in seqs:
             w = self._place(s, wire.Role.DRAFT) if size > 0 else None
@@ -216,8 +222,9 @@ class RoundDriver:
             if sid not in rnd.outs:
                 seq.draft_seen = min(seq.draft_seen, rnd.draft_seen[sid])
                 continue
-            tokens = rnd.trees.get(sid, EMPTY_TREE).tokens.numpy().tolist()
-            delta = self.core.commit(seq, tokens, rnd.outs[sid])
+            tree = rnd.trees.get(sid, EMPTY_TREE)
+            self.policy.observe(wire.tree_from_wire(tree), rnd.outs[sid].accepted)
+            delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)
             accepted.append(len(delta.tokens))
             gw = self.owners.get(sid)

@@ -1,22 +1,158 @@
-"""How big a draft tree to ask for: the single place that decides tree size and depth.
+"""How big a draft tree to ask for: the one place that decides tree size and depth.
 
-``tree_size`` N in the config forces N nodes; 0 turns speculation off; ``auto`` picks the
-shape from measurements (see ``choose_tree``). Torch-free.
+``tree_size`` N in the config forces N nodes; 0 turns speculation off; ``auto`` (the
+default) picks the shape that maximises expected committed tokens per second, from
+
+* the hardware: measured cost curves, ms of one forward over T tokens, of the verifier
+  (main model) and of the draft model (workers measure them at start), and
+* the data: acceptance observed online. Every verified tree also tells what a *smaller*
+  tree would have accepted: prune it to its best n nodes (EAGLE-2 re-ranking by draft
+  score) at depth <= D, and the accepted path survives up to its first pruned node.
+  For greedy decoding this counterfactual is exact, so one big tree measures every
+  (n, D) at once. Every ``EXPLORE_EVERY``-th round asks for a tree twice the current best
+  size, so the estimates can grow toward bigger trees when they pay.
+
+Expected throughput for a round of B sequences (Sequoia, arXiv 2402.12374 §3.3):
+    tokens/ms(n, D) = B * (E[accepted | n, D] + 1) / (verify_ms(B * (n + 1)) + draft_ms(B, D))
+with draft_ms = one forward over the newly committed tokens plus (D - 1) level passes
+over ``width`` frontier nodes each; plain decoding is (n, D) = (0, 0) with rate
+B / verify_ms(B). Larger batches make verification steeper, so the chosen tree shrinks
+(down to plain decoding) as load grows. Torch-free.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from common.config import AUTO, Config
+from common.tree import TokenTree, depths
 
-AUTO_DEFAULT_SIZE = 16  # nodes, used until a measured cost curve is available
-
-
-def static_tree(cfg: Config) -> tuple[int, int]:
-    """(tree_size, max_depth) from the config alone."""
-    size = AUTO_DEFAULT_SIZE if cfg.tree_size == AUTO else int(cfg.tree_size)
-    return size, cfg.max_accept_length
+AUTO_DEFAULT_SIZE = 16  # nodes, used until costs and acceptance are measured
+AUTO_MAX_NODES = 64  # largest tree "auto" considers; workers reserve KV rows for it
+SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+EXPLORE_EVERY = 8  # rounds
+MIN_OBSERVATIONS = 4  # rounds of data before estimates are trusted
+DECAY = 0.98  # weight of older rounds (adapts to the prompt at hand)
 
 
 def choose_tree(cfg: Config, batch_size: int) -> tuple[int, int]:
-    """(tree_size, max_depth) for a round over ``batch_size`` running sequences."""
-    return static_tree(cfg)
+    """(tree nodes, max depth) from the config alone; (0, 0) = plain decoding."""
+    if cfg.tree_size == AUTO:
+        return AUTO_DEFAULT_SIZE, cfg.max_accept_length
+    if cfg.tree_size == 0:
+        return 0, 0
+    return int(cfg.tree_size), min(cfg.max_accept_length, int(cfg.tree_size))
+
+
+def max_tree_nodes(cfg: Config) -> int:
+    """Most tree nodes a round can ask for: KV rows a worker keeps free past the prefix."""
+    return AUTO_MAX_NODES if cfg.tree_size == AUTO else int(cfg.tree_size)
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Measured ms of one forward pass over ``tokens`` tokens; linear in between, linear
+    extrapolation past the last point. ``points``: ((tokens, ms), ...) ascending."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.points) < 2 or any(t <= 0 or ms <= 0 for t, ms in self.points):
+            raise ValueError(f"a cost curve needs >= 2 positive (tokens, ms) points, got {self.points}")
+
+    def ms(self, tokens: int) -> float:
+        xs = np.array([t for t, _ in self.points], float)
+        ys = np.array([m for _, m in self.points], float)
+        if tokens <= xs[-1]:
+            return float(np.interp(tokens, xs, ys))
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return float(ys[-1] + slope * (tokens - xs[-1]))
+
+
+class AcceptanceTable:
+    """Decayed mean accepted length of counterfactually pruned trees, per (size, depth)."""
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.total = np.zeros((len(SIZES), max_depth + 1))
+        self.weight = np.zeros((len(SIZES), max_depth + 1))
+
+    def observe(self, tree: TokenTree, accepted: list[int]) -> None:
+        """Add one verified tree and the node indices the main model accepted."""
+        n = len(tree)
+        if n == 0:
+            return
+        d = depths(tree.parents)
+        order = np.lexsort((np.arange(n), d, -tree.scores))  # select_best's ranking
+        self.total *= DECAY
+        self.weight *= DECAY
+        for depth_cap in range(1, min(self.max_depth, int(d.max())) + 1):
+            ranked = [i for i in order if d[i] <= depth_cap]
+            rank = {node: r for r, node in enumerate(ranked)}
+            for si, size in enumerate(SIZES):
+                if size > n:
+                    break
+                kept = 0
+                for node in accepted:
+                    if d[node] > depth_cap or rank[node] >= size:
+                        break
+                    kept += 1
+                self.total[si, depth_cap] += kept
+                self.weight[si, depth_cap] += 1
+
+    def expected(self, size_index: int, depth: int) -> float | None:
+        w = self.weight[size_index, depth]
+        return float(self.total[size_index, depth] / w) if w >= MIN_OBSERVATIONS * 0.5 else None
+
+
+class TreePolicy:
+    """Chooses (size, depth) per round from cost curves and the acceptance table."""
+
+    def __init__(self, cfg: Config, width: int = 4) -> None:
+        self.cfg, self.width = cfg, width
+        self.max_depth = cfg.max_accept_length
+        self.table = AcceptanceTable(self.max_depth)
+        self.verify: CostCurve | None = None
+        self.draft: CostCurve | None = None
+        self.rounds = 0
+        self.best = (AUTO_DEFAULT_SIZE, self.max_depth)
+        self.last_reason = "default until measured"
+
+    def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
+        """Install measured cost curves (from the workers' Hello)."""
+        self.verify = verify or self.verify
+        self.draft = draft or self.draft
+
+    def observe(self, tree: TokenTree, accepted: list[int]) -> None:
+        self.table.observe(tree, accepted)
+
+    def choose(self, batch: int) -> tuple[int, int]:
+        """(tree nodes, max depth) for a round of ``batch`` sequences; (0, 0) = plain."""
+        if self.cfg.tree_size != AUTO:
+            return choose_tree(self.cfg, batch)
+        self.rounds += 1
+        if self.verify is None or self.draft is None:
+            self.last_reason = "default until measured"
+            return AUTO_DEFAULT_SIZE, self.max_depth
+        if self.rounds % EXPLORE_EVERY == 1:  # probe a tree twice the current best
+            self.last_reason = "explore"
+            return min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])), self.max_depth
+        best, best_rate = (0, 0), batch / self.verify.ms(batch)
+        for si, size in enumerate(SIZES):
+            for depth in range(1, min(size, self.max_depth) + 1):
+                exp = self.table.expected(si, depth)
+                if exp is None:
+                    continue
+                rate = batch * (exp + 1) / (self.verify.ms(batch * (size + 1)) + self._draft_ms(batch, depth, exp))
+                if rate > best_rate:
+                    best, best_rate = (size, depth), rate
+        self.last_reason = f"max expected tokens/ms {best_rate:.4f} at batch {batch}"
+        self.best = best
+        return best
+
+    def _draft_ms(self, batch: int, depth: int, expected: float) -> float:
+        """Append the committed tokens, then one pass per further level."""
+        append = self.draft.ms(max(1, round(batch * (expected + 1))))
+        return append + (depth - 1) * self.draft.ms(batch * self.width)

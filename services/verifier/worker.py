@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 
 from common import wire
+from common.config import AUTO
+from common.modeling.runner import measure_forward_ms
 from common.config import Config
 from common.modeling.budget import plan_slots
 from common.modeling.build import TREE_HEADROOM, eos_ids, main_model
@@ -38,8 +40,9 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
     slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
     runner = VerifierRunner(model, slots, max_len)
     _warm_up(runner)
-    log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len)
-    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)))
+    cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
+    log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost)
+    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)), cost)
     return VerifierWorker(runner, hello)
 
 

@@ -1,0 +1,122 @@
+"""The tree-shape optimiser: counterfactual acceptance table and cost-based choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.config import Config
+from common.tree import TokenTree
+from services.scheduler.tree_policy import SIZES, AcceptanceTable, CostCurve, TreePolicy
+
+
+def chain_tree(depth: int, siblings: int = 3) -> TokenTree:
+    """A best-first chain of ``depth`` nodes (scores -0.1 per level), each chain node with
+    ``siblings`` low-scoring alternative children; returns the tree, chain first."""
+    tokens, parents, scores = [], [], []
+    for d in range(depth):
+        tokens.append(100 + d)
+        parents.append(d - 1 if d else -1)
+        scores.append(-0.1 * (d + 1))
+    chain = list(range(depth))
+    for node in [-1] + chain[:-1]:
+        for s in range(siblings):
+            tokens.append(500 + len(tokens))
+            parents.append(node)
+            base = -0.1 * (node + 1) if node >= 0 else 0.0
+            scores.append(base - 3.0 - s)
+    return TokenTree.build(tokens, parents, scores)
+
+
+def feed(policy, rounds: int = 60, depth: int = 12, seed: int = 0) -> None:
+    """Rounds where each level accepts the chain node w.p. 0.9, else a sibling w.p. 0.08
+    (ending the path there: siblings are leaves), else nothing."""
+    rng = np.random.default_rng(seed)
+    tree = chain_tree(depth)
+    first_sibling = {d: depth + 3 * d for d in range(depth)}  # siblings of chain node d
+    for _ in range(rounds):
+        path = []
+        for d in range(depth):
+            u = rng.random()
+            if u < 0.9:
+                path.append(d)
+                continue
+            if u < 0.98:
+                path.append(first_sibling[d])
+            break
+        policy.table.observe(tree, path)
+
+
+class TestCostCurve:
+    def test_interpolates_and_extrapolates(self):
+        """Between points the cost is linear; past the last point it follows the last slope."""
+        c = CostCurve(((1, 100.0), (8, 100.0), (64, 300.0)))
+        assert c.ms(4) == pytest.approx(100.0)
+        assert c.ms(36) == pytest.approx(200.0)
+        assert c.ms(128) == pytest.approx(300.0 + 200.0 / 56 * 64)
+
+    def test_rejects_a_single_point(self):
+        """A curve needs at least two positive points."""
+        with pytest.raises(ValueError):
+            CostCurve(((1, 10.0),))
+
+
+class TestAcceptanceTable:
+    def test_counterfactual_pruning(self):
+        """A fully accepted 12-deep chain counts 12 at full size, only n at size n < 12, and D at depth cap D."""
+        t = AcceptanceTable(max_depth=12)
+        for _ in range(4):
+            t.observe(chain_tree(12), list(range(12)))
+        assert t.expected(SIZES.index(48), 12) == pytest.approx(12)
+        assert t.expected(SIZES.index(4), 12) == pytest.approx(4)
+        assert t.expected(SIZES.index(48), 3) == pytest.approx(3)
+
+    def test_no_estimate_beyond_observed_size(self):
+        """Sizes larger than any verified tree have no estimate."""
+        t = AcceptanceTable(max_depth=4)
+        for _ in range(4):
+            t.observe(TokenTree.build([1, 2], [-1, 0], [-0.1, -0.2]), [0, 1])
+        assert t.expected(SIZES.index(4), 2) is None
+        assert t.expected(SIZES.index(2), 2) == pytest.approx(2)
+
+
+def policy(verify, draft) -> TreePolicy:
+    p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
+    p.set_costs(CostCurve(verify), CostCurve(draft))
+    feed(p)
+    p.rounds = 1  # skip the exploration round
+    return p
+
+
+class TestTreePolicy:
+    def test_flat_verification_cost_picks_a_large_tree(self):
+        """When verifying 128 tokens costs the same as 1, the optimiser takes a big, deep tree."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        size, depth = p.choose(1)
+        assert size >= 24 and depth >= 8
+
+    def test_steep_verification_cost_picks_a_small_tree(self):
+        """When every verified token costs a full pass, only a short tree (or none) pays."""
+        p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
+        size, _ = p.choose(1)
+        assert size <= 4
+
+    def test_load_shrinks_the_tree_to_plain(self):
+        """With costs linear in total tokens beyond 8, a batch of 64 falls back to plain decoding."""
+        p = policy(((1, 100.0), (8, 100.0), (4096, 51200.0)), ((1, 30.0), (8, 30.0), (4096, 15360.0)))
+        small_batch, _ = p.choose(1)
+        p.rounds = 1
+        big_batch, depth = p.choose(64)
+        assert small_batch > 0 and (big_batch, depth) == (0, 0)
+
+    def test_forced_size_is_kept(self):
+        """A numeric tree_size is used as given, whatever the costs."""
+        p = TreePolicy(Config(tree_size=8, max_accept_length=12))
+        assert p.choose(4) == (8, 8)
+
+    def test_explores_twice_the_best(self):
+        """Every EXPLORE_EVERY-th round asks for a tree twice the current best size."""
+        p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
+        best = p.choose(1)
+        p.rounds = 0
+        assert p.choose(1)[0] == max(2 * best[0], SIZES[2])
