@@ -33,6 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8")
     a("--url", default=None, help="benchmark a running gateway over HTTP (needs --concurrency)")
     a("--plots", default=None, help="directory for PNG plots")
+    a("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens (long-output runs)")
     a("--config", default=None)
     a("--model-path", default=None)
     a("--draft-model-path", default=None)
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     from treespec.bench_suite import Suite
-    suite = Suite(cfg, prompts, args.max_new_tokens, max(conc or [1]))
+    suite = Suite(cfg, prompts, args.max_new_tokens, max(conc or [1]), args.ignore_eos)
     result = suite.compare()
     if baselines:
         result["aggregate"].update(suite.hf_baselines(baselines, result["records"]))

@@ -39,9 +39,9 @@ class Run:
         return d
 
 
-def run_one(engine, rid: str, prompt: list[int], max_new: int, gaps: bool) -> Run:
+def run_one(engine, rid: str, prompt: list[int], max_new: int, gaps: bool, ignore_eos: bool = False) -> Run:
     """Generate greedily for one prompt; with ``gaps`` also record logit gaps (plain run)."""
-    params = wire.SamplingParams(max_tokens=max_new, logprobs=2 if gaps else None)
+    params = wire.SamplingParams(max_tokens=max_new, logprobs=2 if gaps else None, ignore_eos=ignore_eos)
     start_round = len(engine.stats.committed)
     t0 = time.perf_counter()
     run = Run([], 0.0, 0.0)
@@ -59,6 +59,15 @@ def run_one(engine, rid: str, prompt: list[int], max_new: int, gaps: bool) -> Ru
     run.seconds = time.perf_counter() - t0
     run.committed = engine.stats.committed[start_round:]
     return run
+
+
+def timeline(run: Run, window: int = 128) -> list[dict]:
+    """Tokens/s over consecutive windows of ``window`` generated tokens (long outputs)."""
+    rows = []
+    for start in range(0, len(run.itl) - window + 1, window):
+        secs = sum(run.itl[start:start + window])
+        rows.append({"tokens": start + window, "tokens_per_s": window / secs if secs else 0.0})
+    return rows
 
 
 def divergence(plain: Run, spec: Run, dtype: str) -> dict | None:

@@ -11,15 +11,16 @@ from tqdm import tqdm
 from common.config import AUTO, Config
 from common.modeling.build import eos_ids, load_pair, make_engine, measure_costs
 from services.scheduler.tree_policy import choose_tree
-from treespec.bench_run import Run, divergence, run_concurrent, run_one
+from treespec.bench_run import Run, divergence, run_concurrent, run_one, timeline
 from treespec.generate import encode_prompt
 
 
 class Suite:
     """Plain vs speculative runs over the same prompts with one loaded (main, draft) pair."""
 
-    def __init__(self, cfg: Config, prompts, max_new: int, slots: int) -> None:
+    def __init__(self, cfg: Config, prompts, max_new: int, slots: int, ignore_eos: bool = False) -> None:
         self.cfg, self.prompts, self.max_new, self.slots = cfg, prompts, max_new, slots
+        self.ignore_eos = ignore_eos
         self.main, self.draft, self.tok = load_pair(cfg)
         self.ids = [encode_prompt(self.tok, p.text, p.chat) for p in prompts]
         self.auto = cfg.tree_size == AUTO
@@ -35,14 +36,16 @@ class Suite:
         plain, spec = self._engine((0, 0)), self._engine(self.tree)
         records = []
         for i, (p, ids) in enumerate(tqdm(list(zip(self.prompts, self.ids)), desc="plain vs spec", unit="prompt")):
-            a = run_one(plain, f"p{i}", ids, self.max_new, gaps=True)
-            b = run_one(spec, f"s{i}", ids, self.max_new, gaps=False)
+            a = run_one(plain, f"p{i}", ids, self.max_new, True, self.ignore_eos)
+            b = run_one(spec, f"s{i}", ids, self.max_new, False, self.ignore_eos)
+            if not records:
+                lines = [dict(row, mode=m) for m, r in (("plain", a), ("spec", b)) for row in timeline(r)]
             div = divergence(a, b, self.cfg.dtype)
             records.append({"id": p.id, "category": p.category, "prompt_tokens": len(ids),
                             "plain": a.summary(), "spec": b.summary(), "identical": a.tokens == b.tokens,
                             "divergence": div})
         core = spec.core
-        return {"config": self._describe(), "records": records,
+        return {"config": self._describe(), "records": records, "timeline": lines,
                 "aggregate": self._aggregate(records, core), "by_category": self._by_category(records)}
 
     def _describe(self) -> dict:
