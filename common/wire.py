@@ -168,6 +168,8 @@ class VerifySeq(msgspec.Struct, frozen=True):
     params: SamplingParams
     history: list[int] = []  # output tokens so far, for penalties (empty when unused)
     seed: int = 0  # sampling: this round's generator seed (request seed + committed length)
+    banned: list[int] = []  # min_tokens: token ids masked out (EOS, stop ids) ...
+    ban_depth: int = 0  # ... at tree rows of depth < ban_depth (root = depth 0)
 
 
 class VerifyStep(msgspec.Struct, tag="verify_step", frozen=True):

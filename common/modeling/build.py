@@ -57,6 +57,20 @@ def check_pair(main_tok, draft_tok, main: DecoderModel, draft: DecoderModel) -> 
         log.info("draft/main vocabulary: %s", note)
 
 
+def check_draft_against_main(cfg: Config, draft: DecoderModel, draft_tok) -> None:
+    """Draft worker start-up check: compare the draft's tokenizer with the main model's
+    (tokenizers only; the main weights are not loaded). Raises VocabularyMismatchError."""
+    from common.modeling import tiny
+    from common.modeling.loader import load_weights_tokenizer_only, packaged_tokenizer
+    main_tok = (packaged_tokenizer() if tiny.is_tiny(cfg.main_model_path)
+                else load_weights_tokenizer_only(cfg.main_model_path))
+    if main_tok is None or draft_tok is None:
+        return
+    note = check_same_vocabulary(main_tok, draft_tok, len(main_tok), len(draft_tok))
+    if note:
+        log.info("draft/main vocabulary: %s", note)
+
+
 def eos_ids(tok) -> set[int]:
     """Token ids that end generation: the tokenizer's EOS plus Qwen's end-of-turn markers."""
     if tok is None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+TOP_P_CANDIDATES = 2048  # tokens sorted for top-p; the nucleus lies inside them when they hold >= top_p
+
 
 def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, presence: float,
                     frequency: float, repetition: float) -> torch.Tensor:
@@ -36,7 +38,11 @@ def probs_from_logits(logits: torch.Tensor, temperature: float, top_k: int = 0,
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
     if top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
+        # sort only the best TOP_P_CANDIDATES unless they hold less than top_p of the mass
+        k = min(TOP_P_CANDIDATES, probs.shape[-1])
+        sorted_p, idx = torch.topk(probs, k, dim=-1)
+        if bool((sorted_p.sum(-1) < top_p).any()):
+            sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (always at least the top token)
         drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)

@@ -109,8 +109,8 @@ class DraftRunner:
                     anc = bld.parents[anc]
                 mask[b, 0, r, start + r] = True
                 row_of[node] = start + r
-        for s in slots:
-            self.cache.check_room(s, T)
+        for s, front in zip(slots, frontiers):
+            self.cache.check_room(s, len(front))
         h = self.model.forward(torch.from_numpy(tok), torch.from_numpy(pos), self.cache, slots,
                                torch.from_numpy(mask))
         for b, (slot, front) in enumerate(zip(slots, frontiers)):

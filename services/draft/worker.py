@@ -10,7 +10,7 @@ from common.config import AUTO
 from common.modeling.runner import measure_forward_ms
 from common.config import Config
 from common.modeling.budget import plan_slots
-from common.modeling.build import TREE_HEADROOM, draft_model
+from common.modeling.build import TREE_HEADROOM, check_draft_against_main, draft_model
 from services.draft.runner import DraftRunner
 from services.scheduler.tree_policy import choose_tree
 
@@ -32,7 +32,8 @@ def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
 
     Raises FileNotFoundError / ValueError (model), MemoryBudgetError (KV budget).
     """
-    model, _ = draft_model(cfg)
+    model, tok = draft_model(cfg)
+    check_draft_against_main(cfg, model, tok)
     slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
     runner = DraftRunner(model, slots, max_len)
     size, depth = choose_tree(cfg, 1)

@@ -128,8 +128,10 @@ class SchedulerCore:
         """The verify-step entry for ``seq`` with its draft ``tree``."""
         p = seq.params
         hist = seq.output if (p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0) else []
+        ban_depth = max(0, p.min_tokens - len(seq.output))
+        banned = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else seq.eos_ids)) if ban_depth else []
         return wire.VerifySeq(seq.request_id, seq.verifier_seen, seq.tokens[seq.verifier_seen:], tree, p,
-                              hist, seq.round_seed())
+                              hist, seq.round_seed(), banned, ban_depth)
 
     def commit(self, seq: Sequence, tree_tokens: list[int], out: wire.VerifyOut) -> wire.TokenDelta:
         """Apply a verification result: accepted tokens + bonus, truncated at the first

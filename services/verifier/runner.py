@@ -13,7 +13,7 @@ from common.modeling.model import DecoderModel
 from common.modeling.runner import forward_segments
 from common.modeling.sampling import apply_penalties, greedy, probs_from_logits
 from common.modeling.slots import SlotTable
-from common.tree import TokenTree, children, path_to
+from common.tree import TokenTree, children, depths, path_to
 from services.verifier.acceptance import greedy_accept, sample_accept
 
 
@@ -59,7 +59,7 @@ class VerifierRunner:
         """Acceptance for one sequence; lg: ``[n + 1, V]`` raw fp32 logits."""
         prm = s.params
         kids = children(tree.parents)
-        scores = penalized(lg, prm, tree, s.history)
+        scores = ban_until_min_tokens(penalized(lg, prm, tree, s.history), tree, s.banned, s.ban_depth)
         if prm.temperature <= 0:
             accepted, bonus = greedy_accept(tree.tokens, kids, greedy(scores).numpy())
         else:
@@ -82,6 +82,17 @@ def penalized(lg: torch.Tensor, prm: wire.SamplingParams, tree: TokenTree, histo
         for node in path_to(tree.parents, i):
             counts[i + 1, int(tree.tokens[node])] += 1
     return apply_penalties(lg, counts, prm.presence_penalty, prm.frequency_penalty, prm.repetition_penalty)
+
+
+def ban_until_min_tokens(scores: torch.Tensor, tree: TokenTree, banned: list[int], ban_depth: int) -> torch.Tensor:
+    """min_tokens (vLLM semantics): EOS / stop ids get -inf logits at rows whose next token
+    would still be within the first min_tokens outputs (row depth < ban_depth)."""
+    if not banned or ban_depth <= 0:
+        return scores
+    rows = [0] + [1 + i for i, d in enumerate(depths(tree.parents)) if d < ban_depth]
+    out = scores.clone()
+    out[torch.tensor(rows)[:, None], torch.tensor(banned)[None, :]] = float("-inf")
+    return out
 
 
 def token_logprobs(lg: torch.Tensor, tree: TokenTree, accepted: list[int], bonus: int,

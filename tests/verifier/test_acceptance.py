@@ -151,3 +151,16 @@ class TestSampleAccept:
         gen = torch.Generator().manual_seed(0)
         for _ in range(50):
             assert sample_accept(TOKENS, KIDS, p_rows, gen) == ([0, 3], 5)
+
+
+class TestMinTokensBan:
+    def test_stop_ids_masked_only_above_the_ban_depth(self):
+        """EOS gets -inf at the root and depth-1 rows when two more tokens are required, not at depth 2."""
+        import torch
+        from common.tree import TokenTree
+        from services.verifier.runner import ban_until_min_tokens
+        tree = TokenTree.build([5, 6], [-1, 0])  # depths 1, 2
+        scores = torch.zeros(3, 10)
+        out = ban_until_min_tokens(scores, tree, [9], ban_depth=2)
+        assert out[0, 9] == float("-inf") and out[1, 9] == float("-inf")
+        assert out[2, 9] == 0.0 and out[:, :9].eq(0).all()
