@@ -61,7 +61,6 @@ class Config:
     rate_limit_tpm: int = 0  # tokens/minute per key; 0 = unlimited
     curve_dir: str = ""  # directory with ZeroMQ CURVE keys; empty = no encryption
     served_model_name: str = "treespec"
-    overlap: str = AUTO  # draft/verify overlap: auto | on | off
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -84,7 +83,6 @@ def _validate(cfg: Config) -> None:
         "max_model_len": cfg.max_model_len >= 16,
         "kv_memory_fraction": 0.05 <= cfg.kv_memory_fraction <= 0.95,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
-        "overlap": cfg.overlap in (AUTO, "on", "off"),
         "draft_quantization": cfg.draft_quantization in ("int4", "none"),
         "draft_replicas": cfg.draft_replicas >= 1,
         "verifier_replicas": cfg.verifier_replicas >= 1,
