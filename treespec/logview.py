@@ -1,0 +1,310 @@
+"""Parsing, filtering, merging and formatting of the services' JSON log lines. Pure and
+torch-free; ``treespec/logs.py`` is the command around it.
+
+Sources are the files ``<log_dir>/<service>-<replica>.log`` written by ``treespec up``
+(one structlog JSON object per line: ``timestamp``, ``level``, ``event``, ``service``,
+``replica``, optionally ``request_id``, plus extra fields), given files or directories,
+or a stream (standard input).
+
+Files are merged in timestamp order, so a request-id filter shows one request's whole path
+through gateway, scheduler, draft and verifier. When following, each poll's new lines
+(from every file, including files of replicas that appear later) are merged the same
+way. A stream is read in arrival order. A line that is not a JSON object is kept
+untouched, shown or hidden with the JSON record before it in the same source (so a
+traceback follows its error line through the filters). Naive timestamps are UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, TextIO
+
+LEVELS = {"debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40,
+          "exception": 40, "critical": 50, "fatal": 50}
+DEFAULT_LEVEL = "info"
+CORE_KEYS = ("timestamp", "level", "event", "service", "replica", "request_id")
+POLL_INTERVAL_S = 0.2
+EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_PREFIX = re.compile(r"^[\w.\-]+\s*\|\s?(?=\{)")  # "draft-1  | {...}" from docker compose logs
+REQUEST_ID_WIDTH = 12
+SERVICE_WIDTH = 12
+LEVEL_STYLES = {"debug": "dim", "info": "green", "warning": "yellow", "error": "bold red",
+                "critical": "bold white on red"}
+SERVICE_STYLES = {"gateway": "cyan", "scheduler": "magenta", "draft": "blue", "verifier": "yellow"}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One input line: the raw text (no newline) and, for a JSON object, its record."""
+
+    raw: str
+    record: dict | None  # None for a non-JSON line
+    time: datetime  # the record's timestamp; a non-JSON line inherits the previous one
+    origin: str  # file stem ("draft-1") or "-" for stdin
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which records to show; an empty filter shows everything."""
+
+    services: frozenset[str] = frozenset()  # service names or "service-replica"
+    min_level: int = 0
+    request_id: str | None = None
+    since: datetime | None = None
+
+    def accepts(self, record: dict, origin: str) -> bool:
+        """True if the record passes every filter that is set."""
+        if self.services and not self.services & _service_names(record, origin):
+            return False
+        if _level_value(record) < self.min_level:
+            return False
+        if self.request_id is not None and not _has_request_id(record, self.request_id):
+            return False
+        if self.since is not None and parse_time(record.get("timestamp")) < self.since:
+            return False
+        return True
+
+
+def _service_names(record: dict, origin: str) -> set[str]:
+    service, replica = service_of(record, origin)
+    return {service, f"{service}-{replica}"} if replica != "" else {service}
+
+
+def service_of(record: dict, origin: str) -> tuple[str, str]:
+    """(service, replica) from the record, else from the file stem ``<service>-<replica>``."""
+    stem_service, _, stem_replica = origin.rpartition("-")
+    if not stem_service:
+        stem_service, stem_replica = origin, ""
+    service = str(record.get("service", stem_service))
+    replica = str(record.get("replica", stem_replica if "service" not in record else ""))
+    return service, replica
+
+
+def _level_value(record: dict) -> int:
+    return LEVELS.get(str(record.get("level", DEFAULT_LEVEL)).lower(), LEVELS[DEFAULT_LEVEL])
+
+
+def _has_request_id(record: dict, request_id: str) -> bool:
+    if str(record.get("request_id", "")) == request_id:
+        return True
+    ids = record.get("request_ids")
+    return isinstance(ids, list) and request_id in map(str, ids)
+
+
+def parse_time(value: object) -> datetime:
+    """An ISO 8601 string or epoch seconds as an aware datetime; EARLIEST if unparsable."""
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, timezone.utc)
+        t = datetime.fromisoformat(str(value))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return EARLIEST
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``10m`` / ``2h`` / ``30s`` / ``1d`` before now, or an ISO 8601 time; ValueError otherwise."""
+    m = _RELATIVE.match(text.strip())
+    if m:
+        now = now or datetime.now(timezone.utc)
+        return now - timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+    t = parse_time(text.strip())
+    if t == EARLIEST:
+        raise ValueError(f"--since must be like 10m, 2h, 1d or an ISO 8601 time, got {text!r}")
+    return t
+
+
+def parse_level(text: str) -> int:
+    """A level name's value; ValueError naming the choices otherwise."""
+    if text.lower() not in LEVELS:
+        raise ValueError(f"--level must be one of {', '.join(sorted(LEVELS))}, got {text!r}")
+    return LEVELS[text.lower()]
+
+
+def parse_line(raw: str, origin: str, previous: datetime) -> Line:
+    """Parse one line; a non-JSON line (or JSON that is not an object) keeps ``previous`` time."""
+    text = _PREFIX.sub("", raw, count=1)
+    record = None
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        record = obj if isinstance(obj, dict) else None
+    if record is None:
+        return Line(raw, None, previous, origin)
+    t = parse_time(record.get("timestamp"))
+    return Line(raw, record, t if t != EARLIEST else previous, origin)
+
+
+@dataclass
+class Source:
+    """One input (a file or stdin): reads complete new lines and decides which are shown.
+
+    A file is read from ``position``; a partial last line waits for its newline. A file
+    that shrank (rotated or truncated) is read again from the start.
+    """
+
+    path: Path | None  # None for stdin
+    origin: str
+    position: int = 0
+    partial: str = ""
+    last_time: datetime = EARLIEST
+    last_shown: bool = True  # a non-JSON line follows the visibility of the record before it
+
+    def read_new(self, final: bool = False) -> list[str]:
+        """The complete lines appended since the last call (file sources only).
+
+        ``final``: also return an unterminated last line (nothing more will be read).
+        """
+        assert self.path is not None
+        try:
+            size = self.path.stat().st_size
+            if size < self.position:
+                self.position, self.partial = 0, ""
+            with self.path.open("rb") as f:
+                f.seek(self.position)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.position += len(data)
+        text = self.partial + data.decode("utf-8", errors="replace")
+        *lines, self.partial = text.split("\n")
+        if final and self.partial:
+            lines.append(self.partial)
+            self.partial = ""
+        return lines
+
+    def select(self, raws: Iterable[str], flt: Filter) -> list[Line]:
+        """Parse lines and keep those the filter shows (non-JSON lines follow their context)."""
+        kept = []
+        for raw in raws:
+            raw = raw.rstrip("\r")
+            line = parse_line(raw, self.origin, self.last_time)
+            self.last_time = line.time
+            if line.record is not None:
+                self.last_shown = flt.accepts(line.record, self.origin)
+            if self.last_shown and (raw or line.record is not None):
+                kept.append(line)
+        return kept
+
+
+def merge(batches: Iterable[list[Line]]) -> list[Line]:
+    """All lines in timestamp order; stable, so equal times keep source order."""
+    return sorted((line for batch in batches for line in batch), key=lambda line: line.time)
+
+
+def discover(paths: Iterable[Path]) -> list[Path]:
+    """The log files named by ``paths``: files as given, directories' ``*.log`` sorted."""
+    found: list[Path] = []
+    for p in paths:
+        found.extend(sorted(p.glob("*.log")) if p.is_dir() else [p])
+    return found
+
+
+@dataclass
+class FileMerger:
+    """Reads a set of log files (and directories, re-scanned for new files) in time order."""
+
+    paths: list[Path]
+    flt: Filter
+    sources: dict[Path, Source] = field(default_factory=dict)
+
+    def poll(self, final: bool = False) -> list[Line]:
+        """Every newly completed line from every file, filtered and merged by timestamp.
+
+        ``final``: a one-shot read, so unterminated last lines count too.
+        """
+        for path in discover(self.paths):
+            if path not in self.sources:
+                self.sources[path] = Source(path, path.stem)
+        return merge(s.select(s.read_new(final), self.flt) for s in self.sources.values())
+
+    def follow(self, emit: Callable[[Line], None], stop: threading.Event,
+               interval: float = POLL_INTERVAL_S) -> None:
+        """Emit what is there, then keep polling until ``stop`` is set."""
+        while True:
+            for line in self.poll():
+                emit(line)
+            if stop.wait(interval):
+                return
+
+
+def stream(stdin: TextIO, flt: Filter) -> Iterator[Line]:
+    """Lines from a stream, filtered, in arrival order (the producer may never end)."""
+    source = Source(None, "-")
+    for raw in stdin:
+        yield from source.select([raw.rstrip("\n")], flt)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def segments(line: Line) -> list[tuple[str, str]]:
+    """The column view of a record as (text, style) pieces; a non-JSON line is one piece."""
+    rec = line.record
+    if rec is None:
+        return [(line.raw, "")]
+    level = str(rec.get("level", DEFAULT_LEVEL)).lower()
+    service, replica = service_of(rec, line.origin)
+    name = f"{service}-{replica}" if replica != "" else service
+    stamp = line.time.strftime("%H:%M:%S.%f")[:-3] if line.time != EARLIEST else "-" * 12
+    rid = str(rec.get("request_id", ""))[:REQUEST_ID_WIDTH]
+    extras = " ".join(f"{k}={_value(v)}" for k, v in rec.items()
+                      if k not in CORE_KEYS and k not in ("exception", "stack"))
+    parts = [(stamp, "dim"), (" ", ""), (f"{level.upper():<9}", LEVEL_STYLES.get(level, "")),
+             (f"{name:<{SERVICE_WIDTH}}", SERVICE_STYLES.get(service, "")), (" ", ""),
+             (f"{rid:<{REQUEST_ID_WIDTH}}", "dim"), (" ", ""), (str(rec.get("event", "")), "bold")]
+    if extras:
+        parts += [("  ", ""), (extras, "dim")]
+    for key in ("exception", "stack"):
+        if rec.get(key):
+            parts += [("\n" + str(rec[key]).rstrip(), "red")]
+    return parts
+
+
+def _value(v: object) -> str:
+    return v if isinstance(v, str) and v and " " not in v else json.dumps(v)
+
+
+_ANSI = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34",
+         "magenta": "35", "cyan": "36", "bold red": "1;31", "bold white on red": "1;37;41"}
+
+
+def render_ansi(parts: list[tuple[str, str]], color: bool) -> str:
+    """Plain text, or ANSI-coloured text when ``color``."""
+    return "".join(f"\x1b[{_ANSI[s]}m{t}\x1b[0m" if color and s in _ANSI else t for t, s in parts)
+
+
+def make_printer(out: TextIO, as_json: bool, color: bool) -> Callable[[Line], None]:
+    """A function printing one line: raw for --json and non-JSON lines, else columns.
+
+    Columns are drawn with ``rich`` when it is installed and colour is on, else ANSI.
+    """
+    console = None
+    if color and not as_json:
+        try:
+            from rich.console import Console
+            from rich.text import Text
+
+            console = Console(file=out, highlight=False, soft_wrap=True, force_terminal=True)
+        except ImportError:
+            console = None
+
+    def emit(line: Line) -> None:
+        if as_json or line.record is None:
+            out.write(line.raw + "\n")
+        elif console is not None:
+            console.print(Text.assemble(*segments(line)))
+        else:
+            out.write(render_ansi(segments(line), color) + "\n")
+        out.flush()
+
+    return emit
