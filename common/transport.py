@@ -31,6 +31,7 @@ HWM = 10000  # frames queued per peer before zmq drops / blocks
 POLL_MS = 50  # I/O thread poll granularity (ms): bounds tick latency and shutdown time
 DRAIN_MAX = 256  # messages moved per poll wake-up
 SERVER_CERT, CLIENT_CERT, AUTHORIZED = "server", "client", "authorized"
+SECRET_MODE = 0o600  # secret keys: owner read/write only
 
 
 def ensure_curve_keys(curve_dir: str) -> Path:
@@ -41,8 +42,10 @@ def ensure_curve_keys(curve_dir: str) -> Path:
     root = Path(curve_dir)
     (root / AUTHORIZED).mkdir(parents=True, exist_ok=True)
     for name in (SERVER_CERT, CLIENT_CERT):
-        if not (root / f"{name}.key_secret").exists():
+        secret = root / f"{name}.key_secret"
+        if not secret.exists():
             zmq.auth.create_certificates(str(root), name)
+            secret.chmod(SECRET_MODE)  # pyzmq writes it with the umask (often world-readable)
     allowed = root / AUTHORIZED / f"{CLIENT_CERT}.key"
     if not allowed.exists():
         shutil.copy(root / f"{CLIENT_CERT}.key", allowed)

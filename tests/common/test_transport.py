@@ -56,6 +56,12 @@ class TestCurve:
         auth.stop()
         ctx.term()
 
+    def test_secret_keys_are_private(self, tmp_path):
+        """ensure_curve_keys leaves both secret keys readable by their owner only."""
+        transport.ensure_curve_keys(str(tmp_path / "keys"))
+        for name in ("server.key_secret", "client.key_secret"):
+            assert (tmp_path / "keys" / name).stat().st_mode & 0o777 == transport.SECRET_MODE
+
 
 class TestTorchFree:
     def test_scheduler_gateway_and_common_do_not_import_torch(self):
