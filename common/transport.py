@@ -77,6 +77,7 @@ def _secure_client(sock: zmq.Socket, curve_dir: str, cert: str = CLIENT_CERT) ->
 def _tune(sock: zmq.Socket) -> None:
     sock.linger = LINGER_MS
     sock.sndhwm = sock.rcvhwm = HWM
+    sock.maxmsgsize = wire.MAX_FRAME_BYTES  # oversized frames are refused by libzmq itself
 
 
 def bind_router(ctx: zmq.Context, address: str, curve_dir: str = "") -> tuple[zmq.Socket, ThreadAuthenticator | None]:

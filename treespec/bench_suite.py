@@ -36,8 +36,10 @@ class Suite:
         plain, spec = self._engine((0, 0)), self._engine(self.tree)
         records = []
         for i, (p, ids) in enumerate(tqdm(list(zip(self.prompts, self.ids)), desc="plain vs spec", unit="prompt")):
-            a = run_one(plain, f"p{i}", ids, self.max_new, True, self.ignore_eos)
+            a = run_one(plain, f"p{i}", ids, self.max_new, False, self.ignore_eos)
             b = run_one(spec, f"s{i}", ids, self.max_new, False, self.ignore_eos)
+            if a.tokens != b.tokens:  # untimed re-run of plain to read its logit gaps
+                a.gaps = run_one(plain, f"g{i}", ids, self.max_new, True, self.ignore_eos).gaps
             if not records:
                 lines = [dict(row, mode=m) for m, r in (("plain", a), ("spec", b)) for row in timeline(r)]
             div = divergence(a, b, self.cfg.dtype)
@@ -65,8 +67,13 @@ class Suite:
         rounds = [c for r in records for c in r["spec"]["committed"]]
         divs = [r["divergence"] for r in records if r["divergence"]]
         drafts = max(core.num_drafts, 1)
+        def decode_tps(kind):  # excludes the prefill / first token (TTFT)
+            return (sum(len(r[kind]["tokens"]) - 1 for r in records)
+                    / sum(r[kind]["seconds"] - r[kind]["ttft"] for r in records))
         return {
             "plain_tokens_per_s": tps("plain"), "spec_tokens_per_s": tps("spec"),
+            "plain_decode_tokens_per_s": decode_tps("plain"), "spec_decode_tokens_per_s": decode_tps("spec"),
+            "decode_speedup": decode_tps("spec") / decode_tps("plain"),
             "speedup": tps("spec") / tps("plain"),
             "mean_accepted_length": sum(rounds) / max(len(rounds), 1),
             "acceptance_rate_by_depth": [n / drafts for n in core.accepted_per_pos],

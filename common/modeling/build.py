@@ -20,7 +20,7 @@ def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
     BPE assigns ids in merge order, so low ids are the frequent tokens)."""
     spec, weights, tok = load_weights(cfg.draft_model_path, cfg.dtype)
     if cfg.draft_quantization == "int4" and cfg.device == "cpu" and cfg.dtype == "bfloat16":
-        weights = quantize_weights(weights)
+        weights = quantize_weights(weights, keep_dense=True)
     head_ids = None
     if 0 < cfg.draft_vocab_size < spec.vocab_size:
         head_ids = torch.arange(cfg.draft_vocab_size, device=cfg.device)

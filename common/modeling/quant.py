@@ -42,13 +42,18 @@ def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tenso
     return y.reshape(*shape[:-1], y.shape[-1])
 
 
-def quantize_weights(weights: dict[str, torch.Tensor]) -> dict[str, object]:
+def quantize_weights(weights: dict[str, torch.Tensor], keep_dense: bool = False) -> dict[str, object]:
     """Replace every projection matrix ``*.weight`` that the kernel supports with
-    ``(packed, scales_zeros)``; embeddings, norms, biases and the LM head stay as they are."""
+    ``(packed, scales_zeros)``; embeddings, norms, biases and the LM head stay as they are.
+
+    ``keep_dense`` appends the bf16 matrix: ``(packed, scales_zeros, dense)``. The int4
+    kernel wins for the few rows of a decode / tree-level step (bandwidth bound) but loses
+    to the bf16 GEMM on long prefills (compute bound), so ``model.linear`` picks per call.
+    Memory: dense adds 2 bytes per weight."""
     out: dict[str, object] = {}
     for name, t in weights.items():
         if name.endswith(".weight") and t.dim() == 2 and int4_supported(t):
-            out[name] = quantize_int4(t)
+            out[name] = quantize_int4(t) + ((t,) if keep_dense else ())
         else:
             out[name] = t
     return out

@@ -13,8 +13,9 @@ class SlotTable:
     scheduler re-sends it from position 0 (re-prefill).
     """
 
-    def __init__(self, cache: KVCache) -> None:
+    def __init__(self, cache: KVCache, vocab_size: int) -> None:
         self.cache = cache
+        self.vocab_size = vocab_size
         self._slots: dict[str, int] = {}
 
     def slot(self, seq_id: str) -> int:
@@ -27,8 +28,12 @@ class SlotTable:
         """Split step entries (with ``seq_id``, ``prefix_len``, ``new_tokens``) into those
         this worker can serve and the ids it must report lost (unknown sequence, prefix
         mismatch, or no free slot / no room)."""
-        ok, lost = [], []
+        ok, lost, seen = [], [], set()
         for s in seqs:
+            if s.seq_id in seen or not self._valid_tokens(s.new_tokens):
+                lost.append(s.seq_id)  # a repeated id or out-of-vocabulary tokens: never served
+                continue
+            seen.add(s.seq_id)
             slot = self._slots.get(s.seq_id)
             if slot is not None and self.cache.lengths[slot] != s.prefix_len:
                 if s.prefix_len < self.cache.lengths[slot]:
@@ -46,6 +51,9 @@ class SlotTable:
             else:
                 ok.append(s)
         return ok, lost
+
+    def _valid_tokens(self, tokens: list[int]) -> bool:
+        return all(0 <= t < self.vocab_size for t in tokens)
 
     def free(self, seq_ids: list[str]) -> None:
         """Release slots (unknown ids are ignored)."""

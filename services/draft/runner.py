@@ -33,7 +33,7 @@ class DraftRunner:
                  width: int = 4, min_path_prob: float = 0.02) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
-        self.table = SlotTable(self.cache)
+        self.table = SlotTable(self.cache, model.spec.vocab_size)
         self.topk, self.width, self.min_path_prob = topk, width, min_path_prob
 
     def step(self, msg: wire.DraftStep) -> wire.DraftResult:

@@ -33,7 +33,7 @@ AUTO_DEFAULT_SIZE = 16  # nodes, used until costs and acceptance are measured
 AUTO_MAX_NODES = 64  # largest tree "auto" considers; workers reserve KV rows for it
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 EXPLORE_EVERY = 8  # rounds
-MIN_OBSERVATIONS = 4  # rounds of data before estimates are trusted
+MIN_WEIGHT = 0.5  # decayed observations a (size, depth) estimate needs before it is used
 DECAY = 0.98  # weight of older rounds (adapts to the prompt at hand)
 
 
@@ -104,7 +104,7 @@ class AcceptanceTable:
 
     def expected(self, size_index: int, depth: int) -> float | None:
         w = self.weight[size_index, depth]
-        return float(self.total[size_index, depth] / w) if w >= MIN_OBSERVATIONS * 0.5 else None
+        return float(self.total[size_index, depth] / w) if w >= MIN_WEIGHT else None
 
 
 class TreePolicy:

@@ -23,7 +23,7 @@ class VerifierRunner:
     def __init__(self, model: DecoderModel, slots: int, max_len: int) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
-        self.table = SlotTable(self.cache)
+        self.table = SlotTable(self.cache, model.spec.vocab_size)
 
     def free(self, seq_ids: list[str]) -> None:
         self.table.free(seq_ids)
@@ -31,15 +31,30 @@ class VerifierRunner:
     def step(self, msg: wire.VerifyStep) -> wire.VerifyResult:
         """Score all trees in one forward pass, accept, commit; unknown sequences are lost."""
         t0 = time.perf_counter()
-        seqs, lost = self.table.resolve(msg.seqs)
-        lost += [s.seq_id for s in seqs if not s.new_tokens]
-        seqs = [s for s in seqs if s.new_tokens]
-        outs = self._verify(seqs) if seqs else {}
+        served, lost = self.table.resolve(msg.seqs)
+        seqs, trees = [], []
+        for s in served:
+            tree = self._tree(s)
+            if tree is None or not s.new_tokens:
+                lost.append(s.seq_id)
+            else:
+                seqs.append(s)
+                trees.append(tree)
+        outs = self._verify(seqs, trees) if seqs else {}
         return wire.VerifyResult(msg.round, outs, lost, (time.perf_counter() - t0) * 1e3)
 
-    def _verify(self, seqs: list[wire.VerifySeq]) -> dict[str, wire.VerifyOut]:
+    def _tree(self, s: wire.VerifySeq) -> TokenTree | None:
+        """The sequence's draft tree, or None when it is malformed or out of vocabulary."""
+        try:
+            tree = wire.tree_from_wire(s.tree)
+        except wire.WireError:
+            return None
+        ok = len(tree) == 0 or (tree.tokens.min() >= 0 and tree.tokens.max() < self.model.spec.vocab_size)
+        return tree if ok and self.cache.lengths[self.table.slot(s.seq_id)] + len(s.new_tokens) + len(tree) \
+            <= self.cache.max_len else None
+
+    def _verify(self, seqs: list[wire.VerifySeq], trees: list[TokenTree]) -> dict[str, wire.VerifyOut]:
         slots = [self.table.slot(s.seq_id) for s in seqs]
-        trees = [wire.tree_from_wire(s.tree) for s in seqs]
         hidden = forward_segments(self.model, self.cache, slots, [s.new_tokens for s in seqs],
                                   [t.tokens for t in trees], [t.parents for t in trees])
         # rows scored: the root (last new token) and every tree node -> [n + 1, H] each

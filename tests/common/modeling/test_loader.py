@@ -59,3 +59,29 @@ class TestTinyModels:
             load_weights("tiny-random:x", "float32")
         with pytest.raises(FileNotFoundError):
             load_weights("/nonexistent/model.gguf", "float32")
+
+
+class TestHFDirectory:
+    def test_hf_directory_matches_transformers_logits(self, tmp_path):
+        """A saved Hugging Face Qwen2 directory loads into the lean decoder with the same logits as transformers."""
+        import numpy as np
+        import torch
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        from common.modeling.attention import build_batch
+        from common.modeling.loader import load_model
+
+        torch.manual_seed(0)
+        cfg = Qwen2Config(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+        hf = Qwen2ForCausalLM(cfg).eval()
+        hf.save_pretrained(tmp_path)
+        model, _ = load_model(str(tmp_path), "float32")
+        ids = [3, 17, 42, 99, 5, 250]
+        cache = model.new_cache(1, 64)
+        slot = cache.allocate()
+        tok, pos, mask = build_batch([0], [ids], [np.zeros(0, np.int64)], [np.zeros(0, np.int32)])
+        ours = model.logits(model.forward(tok, pos, cache, [slot], mask)[0])
+        with torch.no_grad():
+            ref = hf(torch.tensor([ids])).logits[0]
+        assert torch.allclose(ours, ref, atol=1e-4), (ours - ref).abs().max()

@@ -1,0 +1,78 @@
+"""Print the Markdown tables of BENCHMARKS.md from benchmarks/results/*.json.
+
+Usage: .venv/bin/python benchmarks/report.py   (run after benchmarks/run_all.sh)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _decode(records: list[dict], kind: str) -> float:
+    toks = sum(len(r[kind]["tokens"]) - 1 for r in records)
+    return toks / sum(r[kind]["seconds"] - r[kind]["ttft"] for r in records)
+
+
+def comparison(name: str) -> str:
+    d = json.loads((RESULTS / f"{name}.json").read_text())
+    a, recs = d["aggregate"], d["records"]
+    pd, sd = _decode(recs, "plain"), _decode(recs, "spec")
+    rows = [
+        "| metric | value |", "|---|---|",
+        f"| prompts | {a['prompts']} |",
+        f"| plain tokens/s (end to end, incl. prefill) | {a['plain_tokens_per_s']:.2f} |",
+        f"| treespec tokens/s (end to end) | {a['spec_tokens_per_s']:.2f} |",
+        f"| **speedup** (end to end) | **{a['speedup']:.2f}x** |",
+        f"| plain / treespec decode tokens/s (after the first token) | {pd:.2f} / {sd:.2f} ({sd / pd:.2f}x) |",
+        f"| HF assisted generation tokens/s (end to end) | {a.get('hf_assisted_tokens_per_s', float('nan')):.2f} "
+        f"({a.get('hf_assisted_ratio_vs_plain', float('nan')):.2f}x plain) |",
+        f"| **mean accepted length** | **{a['mean_accepted_length']:.2f}** |",
+        f"| acceptance rate by depth (P[accepted >= d], d = 1..) | "
+        f"{', '.join(f'{x:.2f}' for x in a['acceptance_rate_by_depth'])} |",
+        f"| greedy_identical / divergences / divergences_not_ties | {a['greedy_identical']} / "
+        f"{a['greedy_divergences']} / {a['greedy_divergences_not_ties']} |",
+    ]
+    cats = d.get("by_category", {})
+    if len(cats) > 1:
+        rows += ["", "| category | prompts | plain tok/s | treespec tok/s | speedup | MAL |", "|---|---|---|---|---|---|"]
+        rows += [f"| {c} | {v['prompts']} | {v['plain_tokens_per_s']:.2f} | {v['spec_tokens_per_s']:.2f} | "
+                 f"{v['speedup']:.2f}x | {v['mean_accepted_length']:.2f} |" for c, v in cats.items()]
+        mean = sum(v["speedup"] for v in cats.values()) / len(cats)
+        rows.append(f"| **mean over categories** | | | | **{mean:.2f}x** | |")
+    return "\n".join(rows)
+
+
+def sweeps() -> str:
+    d = json.loads((RESULTS / "sweeps.json").read_text())
+    rows = ["| tree size | tokens/s | MAL |", "|---|---|---|"]
+    rows += [f"| {r['tree_size']} | {r['tokens_per_s']:.2f} | {r['mean_accepted_length']:.2f} |"
+             for r in d.get("tree_size_sweep", [])]
+    rows += ["", "| concurrency | mode | tree | aggregate tok/s | ITL p50 ms | ITL p99 ms |", "|---|---|---|---|---|---|"]
+    rows += [f"| {r['concurrency']} | {r['mode']} | {r['tree_size']} | {r['tokens_per_s']:.2f} | "
+             f"{r['itl_p50_ms']:.0f} | {r['itl_p99_ms']:.0f} |" for r in d.get("concurrency", [])]
+    return "\n".join(rows)
+
+
+def long_run() -> str:
+    d = json.loads((RESULTS / "long.json").read_text())
+    rows = ["| tokens generated | plain tok/s | treespec tok/s |", "|---|---|---|"]
+    by = {}
+    for r in d["timeline"]:
+        by.setdefault(r["tokens"], {})[r["mode"]] = r["tokens_per_s"]
+    rows += [f"| {t} | {v.get('plain', 0):.2f} | {v.get('spec', 0):.2f} |" for t, v in sorted(by.items())]
+    a = d["aggregate"]
+    rows.append(f"\nWhole run: MAL {a['mean_accepted_length']:.2f}, speedup {a['speedup']:.2f}x, "
+                f"greedy divergences not ties: {a['greedy_divergences_not_ties']}")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    for title, fn in (("HumanEval", lambda: comparison("humaneval")), ("Spec-Bench", lambda: comparison("spec_bench")),
+                      ("Sweeps", sweeps), ("Long output", long_run)):
+        try:
+            print(f"### {title}\n\n{fn()}\n")
+        except FileNotFoundError as exc:
+            print(f"### {title}\n\n(missing: {exc.filename})\n")
