@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli_args import add_config_args, config_from_args
-from common.config import Config, ConfigError, env_var
+from common.config import AUTO, Config, ConfigError, env_var
 
 READY_TIMEOUT_S = 600.0  # loading real models can take minutes; a crash is reported at once
 STOP_GRACE_S = 10.0  # SIGTERM -> SIGKILL
@@ -103,9 +103,16 @@ def first_dead(services: list[Service]) -> Service | None:
     return next((s for s in services if s.proc.poll() is not None), None)
 
 
-def wait_ready(cfg: Config, services: list[Service], stop: threading.Event) -> str | None:
-    """Block until the scheduler reports ready; returns None, or why not (a service died,
-    timeout, interrupted)."""
+def verifiers_joined(cfg: Config):
+    """Stats predicate: every verifier has said hello (it has loaded, warmed up and timed
+    its cost curve)."""
+    from common import wire
+    return lambda st: sum(w.role == wire.Role.VERIFIER for w in st.workers) >= cfg.verifier_replicas
+
+
+def wait_ready(cfg: Config, services: list[Service], stop: threading.Event, until=None) -> str | None:
+    """Block until the scheduler reports ready (or Stats satisfy ``until``); returns None,
+    or why not (a service died, timeout, interrupted)."""
     from services.scheduler.client import SchedulerClient
     client = SchedulerClient(cfg.scheduler_address, cfg.curve_dir, name="launcher")
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -115,7 +122,7 @@ def wait_ready(cfg: Config, services: list[Service], stop: threading.Event) -> s
             if dead is not None:
                 return f"{dead.name} exited with status {dead.proc.returncode}: {dead.last_line()}"
             try:
-                client.wait_ready(POLL_S * 2)
+                client.wait_stats(until, POLL_S * 2) if until else client.wait_ready(POLL_S * 2)
                 return None
             except TimeoutError:
                 continue
@@ -139,8 +146,15 @@ def run(args) -> int:
         ensure_curve_keys(cfg.curve_dir)
     Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
     env = child_env(cfg)
-    services = [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg)]
+    services = [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg) if cmd != "draft"]
     try:
+        # Draft workers start once the verifiers are up: each worker times its forward
+        # passes at start (tree_size auto), and on a shared CPU concurrent timing is wrong.
+        why = wait_ready(cfg, services, stop, verifiers_joined(cfg)) if cfg.tree_size == AUTO else None
+        if why is not None:
+            print(f"treespec up: failed to start: {why} (logs in {cfg.log_dir}/)", file=sys.stderr)
+            return 0 if why == "interrupted" else 1
+        services += [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg) if cmd == "draft"]
         return _supervise(cfg, services, stop)
     finally:
         stop_all(services)
