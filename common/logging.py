@@ -38,6 +38,7 @@ def setup_logging(service: str, replica: str = "0", level: str = "info", stream=
     )
     stdlib_logging.basicConfig(stream=stream, level=LEVELS[level],
                                format='{"event": "%(message)s", "logger": "%(name)s", "level": "%(levelname)s"}')
+    structlog.contextvars.bind_contextvars(service=service, replica=replica)  # module loggers too
     return structlog.get_logger().bind(service=service, replica=replica)
 
 

@@ -76,6 +76,8 @@ class WorkerLoop:
             self.log.warning("malformed frame dropped", error=str(exc)[:200])
             return
         if isinstance(msg, wire.Free):
+            for sid in msg.seq_ids:
+                self.log.info("sequence freed", request_id=sid)
             self.runner.free(msg.seq_ids)
         elif isinstance(msg, (wire.DraftStep, wire.VerifyStep)) and self._accepts(msg):
             self.pump.send([wire.encode(self._step(msg))])
@@ -87,6 +89,9 @@ class WorkerLoop:
 
     def _step(self, msg):
         """Run one step; on failure free and report every sequence lost."""
+        for s in msg.seqs:
+            if s.prefix_len == 0:  # a new (or re-placed) sequence: prefill here
+                self.log.info("sequence placed", request_id=s.seq_id, prefill_tokens=len(s.new_tokens))
         try:
             return self.runner.step(msg)
         except Exception as exc:  # the service boundary: a bad step must not kill the worker

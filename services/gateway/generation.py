@@ -50,6 +50,8 @@ class Generation:
 
     async def pieces(self) -> AsyncIterator[Piece]:
         """Yield pieces until one has ``finish``; raises BackendRejected / BackendUnavailable."""
+        log.info("request received", request_id=self.request_id, prompt_tokens=len(self._prompt),
+                 max_tokens=self._params.max_tokens)
         try:
             stream = self._backend.generate(self.request_id, self._prompt, self._params)
             async with aclosing(stream) as deltas:
@@ -111,6 +113,9 @@ class Generation:
                 await asyncio.shield(self._backend.abort(self.request_id))
             except zmq.ZMQError as exc:  # the scheduler may already be gone
                 log.warning("abort failed", request_id=self.request_id, error=str(exc))
+        log.info("request finished", request_id=self.request_id, status=self._status,
+                 prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                 e2e_ms=round((time.monotonic() - self._start) * 1e3, 1))
         if self._status is None:
             return
         m = self._metrics
