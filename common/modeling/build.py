@@ -7,6 +7,7 @@ import logging
 import torch
 
 from common.config import AUTO, Config
+from common.tokenizer import END_MARKERS
 from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES
 from common.modeling.model import DecoderModel
 from common.modeling.quant import quantize_weights
@@ -77,7 +78,7 @@ def eos_ids(tok) -> set[int]:
         return set()
     vocab = tok.get_vocab()
     ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-    return ids | {vocab[t] for t in ("<|im_end|>", "<|endoftext|>") if t in vocab}
+    return ids | {vocab[t] for t in END_MARKERS if t in vocab}
 
 
 def load_pair(cfg: Config, with_draft: bool = True):

@@ -49,9 +49,9 @@ class VerifierRunner:
             tree = wire.tree_from_wire(s.tree)
         except wire.WireError:
             return None
-        ok = len(tree) == 0 or (tree.tokens.min() >= 0 and tree.tokens.max() < self.model.spec.vocab_size)
-        return tree if ok and self.cache.lengths[self.table.slot(s.seq_id)] + len(s.new_tokens) + len(tree) \
-            <= self.cache.max_len else None
+        in_vocab = len(tree) == 0 or (tree.tokens.min() >= 0 and tree.tokens.max() < self.model.spec.vocab_size)
+        rows = self.cache.lengths[self.table.slot(s.seq_id)] + len(s.new_tokens) + len(tree)
+        return tree if in_vocab and rows <= self.cache.max_len else None
 
     def _verify(self, seqs: list[wire.VerifySeq], trees: list[TokenTree]) -> dict[str, wire.VerifyOut]:
         slots = [self.table.slot(s.seq_id) for s in seqs]

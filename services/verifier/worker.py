@@ -6,16 +6,13 @@ import os
 from dataclasses import dataclass
 
 from common import wire
-from common.config import AUTO
-from common.modeling.runner import measure_forward_ms
-from common.config import Config
+from common.config import AUTO, Config
 from common.modeling.budget import plan_slots
 from common.modeling.build import TREE_HEADROOM, eos_ids, main_model
+from common.modeling.runner import measure_forward_ms
 from common.tree import TokenTree
 from services.verifier.runner import VerifierRunner
-
-WARMUP_TOKENS = [0, 1, 2, 3]
-WARMUP_ID = "__warmup__"
+from services.worker import WARMUP_ID, WARMUP_TOKENS
 
 
 @dataclass
