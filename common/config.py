@@ -39,6 +39,7 @@ class Config:
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none; the main model is never quantized
+    overlap: str = AUTO  # draft/verify overlap: auto (on when draft and verifier have separate accelerators) | on | off
     host: str = "127.0.0.1"
     port: int = 8000
     scheduler_address: str = "tcp://127.0.0.1:5710"  # the scheduler binds, everyone connects
@@ -84,6 +85,7 @@ def _validate(cfg: Config) -> None:
         "kv_memory_fraction": 0.05 <= cfg.kv_memory_fraction <= 0.95,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
         "draft_quantization": cfg.draft_quantization in ("int4", "none"),
+        "overlap": cfg.overlap in (AUTO, "on", "off"),
         "draft_replicas": cfg.draft_replicas >= 1,
         "verifier_replicas": cfg.verifier_replicas >= 1,
         "draft_vocab_size": cfg.draft_vocab_size >= 0,
@@ -100,6 +102,9 @@ def _coerce(key: str, value: Any) -> Any:
     try:
         if key == "tree_size":
             return AUTO if str(value).strip().lower() == AUTO else int(value)
+        if key == "overlap":
+            word = str(value).strip().lower()
+            return {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}.get(word, word)
         if isinstance(default, bool):
             if isinstance(value, bool):
                 return value

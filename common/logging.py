@@ -42,7 +42,8 @@ def setup_logging(service: str, replica: str = "0", level: str = "info", stream=
     return structlog.get_logger().bind(service=service, replica=replica)
 
 
-def round_event(log, round_no: int, draft_ms: float, verify_ms: float, accepted: list[int]) -> None:
-    """Log one round's timings (ms) and per-sequence accepted lengths (tokens committed)."""
+def round_event(log, round_no: int, draft_ms: float, verify_ms: float, accepted: list[int], **extra) -> None:
+    """Log one round's timings (ms) and per-sequence accepted lengths (tokens committed);
+    ``extra`` fields are added as they are."""
     log.info("round", round=round_no, draft_ms=round(draft_ms, 3), verify_ms=round(verify_ms, 3),
-              batch=len(accepted), accepted=accepted)
+              batch=len(accepted), accepted=accepted, **extra)

@@ -145,8 +145,13 @@ class DraftSeq(msgspec.Struct, frozen=True):
 
 
 class DraftStep(msgspec.Struct, tag="draft_step", frozen=True):
+    """``guess``: a look-ahead step (draft/verify overlap): each sequence's ``new_tokens``
+    end with a path the scheduler *assumes* the verifier will accept; the worker drafts as
+    usual and echoes the flag (it needs no other special handling)."""
+
     round: int
     seqs: list[DraftSeq]
+    guess: bool = False
     v: int = PROTOCOL_VERSION
 
 
@@ -155,6 +160,7 @@ class DraftResult(msgspec.Struct, tag="draft_result", frozen=True):
     trees: dict[str, Tree]
     lost: list[str] = []  # sequences whose KV this worker does not hold (re-prefill them)
     draft_ms: float = 0.0
+    guess: bool = False  # echoes DraftStep.guess
     v: int = PROTOCOL_VERSION
 
 
@@ -209,6 +215,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     max_len: int = 0
     eos_ids: list[int] = []  # verifier: the main model's end-of-sequence token ids
     cost_ms: list[tuple[int, float]] = []  # measured (tokens per forward, ms) for tree_size auto
+    devices: list[str] = []  # where the worker computes ("cpu", "cuda:0", ...): overlap auto
     v: int = PROTOCOL_VERSION
 
 
@@ -237,6 +244,9 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     tree_size: int
     workers: list[Heartbeat]
     ready: bool
+    guesses: int = 0  # draft/verify overlap: look-ahead trees drafted ...
+    guess_hits: int = 0  # ... and used (the verifier accepted the assumed path)
+    overlap: bool = False  # overlap on now
     v: int = PROTOCOL_VERSION
 
 

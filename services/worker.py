@@ -101,7 +101,7 @@ class WorkerLoop:
             self.log.error("step failed", round=msg.round, error=repr(exc)[:300], seqs=len(ids))
             self.runner.free(ids)
             if isinstance(msg, wire.DraftStep):
-                return wire.DraftResult(msg.round, {}, ids)
+                return wire.DraftResult(msg.round, {}, ids, guess=msg.guess)
             return wire.VerifyResult(msg.round, {}, ids)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from common import wire
 from common.config import AUTO, Config
 from common.modeling.budget import plan_slots
+from common.modeling.devices import device_ids
 from common.modeling.build import TREE_HEADROOM, check_draft_against_main, draft_model
 from common.modeling.runner import measure_forward_ms
 from services.draft.runner import DraftRunner
@@ -38,4 +39,5 @@ def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     runner.free([WARMUP_ID])
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
     log.info("draft model ready", model=cfg.draft_model_path, slots=slots, max_len=max_len, cost_ms=cost)
-    return DraftWorker(runner, wire.Hello(wire.Role.DRAFT, replica, os.getpid(), slots, max_len, cost_ms=cost))
+    return DraftWorker(runner, wire.Hello(wire.Role.DRAFT, replica, os.getpid(), slots, max_len, cost_ms=cost,
+                                              devices=device_ids(cfg.device)))

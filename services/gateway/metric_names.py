@@ -29,6 +29,9 @@ METRIC_LABELS: dict[str, tuple[str, ...]] = {
     "treespec:spec_decode_num_accepted_tokens_per_pos_total": ("position",),
     "treespec:mean_accepted_length": (),
     "treespec:tree_size": (),
+    "treespec:overlap_guesses_total": (),
+    "treespec:overlap_hits_total": (),
+    "treespec:overlap_enabled": (),
     "treespec:service_up": ("service", "replica"),
 }
 

@@ -76,6 +76,11 @@ class StatsCollector:
         yield GaugeMetricFamily(P + "mean_accepted_length",
                                 "Tokens committed per verification (accepted + bonus)", value=mal)
         yield GaugeMetricFamily(P + "tree_size", "Draft tree nodes per sequence", value=s.tree_size)
+        yield CounterMetricFamily(P + "overlap_guesses", "Look-ahead trees drafted during verification "
+                                  "(draft/verify overlap)", value=s.guesses)
+        yield CounterMetricFamily(P + "overlap_hits", "Look-ahead trees used (the verifier accepted the "
+                                  "assumed path)", value=s.guess_hits)
+        yield GaugeMetricFamily(P + "overlap_enabled", "1 when draft/verify overlap is on", value=int(s.overlap))
 
 
 def _service(worker: wire.Heartbeat) -> str:

@@ -145,8 +145,10 @@ class SchedulerLoop:
         beats = [w.heartbeat or wire.Heartbeat(w.role, w.replica, True, len(w.seqs), w.slots_total)
                  for w in self.workers.all()]
         size = self.driver.shape[0]
+        ahead = self.driver.ahead
         return wire.Stats(len(core.running), len(core.waiting), core.num_drafts, core.num_draft_tokens,
-                          core.num_accepted, list(core.accepted_per_pos), size, beats, self.driver.ready())
+                          core.num_accepted, list(core.accepted_per_pos), size, beats, self.driver.ready(),
+                          ahead.sent, ahead.hits, self.driver.overlap())
 
     def _broadcast_stats(self, now: float) -> None:
         forget = self.cfg.heartbeat_timeout_s * GATEWAY_FORGET_FACTOR

@@ -3,7 +3,8 @@
 Pure and torch-free: every method takes the messages that arrived and returns the
 messages to send as ``(peer identity, message)`` pairs; the loop (``loop.py``) does the
 I/O. One round at a time: DraftStep to each draft worker holding running sequences, then
-(all answered, or failed) VerifyStep to each verifier, then commit and TokenDeltas.
+(all answered, or failed) VerifyStep to each verifier, then commit and TokenDeltas. With
+draft/verify overlap on, a look-ahead DraftStep goes out with the VerifyStep (``overlap.py``).
 A worker that fails (lost, dropped, timed out) only costs its sequences a re-prefill:
 ``Sequence.reset_placement`` makes the next round resend every committed token.
 """
@@ -17,6 +18,7 @@ from common.config import Config
 from common.logging import round_event
 from common.tree import TokenTree
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence
+from services.scheduler.overlap import Lookahead, overlap_pays
 from services.scheduler.tree_policy import TreePolicy, choose_tree
 from services.scheduler.workers import Worker, WorkerRegistry
 
@@ -40,6 +42,7 @@ class Round:
     outs: dict[str, wire.VerifyOut] = field(default_factory=dict)
     draft_ms: float = 0.0
     verify_ms: float = 0.0
+    guessed: int = 0  # sequences whose tree came from the overlap look-ahead (no draft step)
 
 
 class RoundDriver:
@@ -55,10 +58,16 @@ class RoundDriver:
         self.round_no = 0
         self.policy = TreePolicy(cfg)
         self.shape = choose_tree(cfg, 1)  # (size, depth) of the latest round
+        self.ahead = Lookahead()  # draft/verify overlap (overlap.py)
 
     @property
     def speculative(self) -> bool:
         return self.cfg.tree_size != 0
+
+    def overlap(self) -> bool:
+        """Draft/verify overlap is on now (config ``overlap``; auto: separate accelerators)."""
+        devs = {r: [w.devices for w in self.workers.alive(r)] for r in (wire.Role.DRAFT, wire.Role.VERIFIER)}
+        return self.speculative and overlap_pays(self.cfg.overlap, devs[wire.Role.DRAFT], devs[wire.Role.VERIFIER])
 
     def ready(self) -> bool:
         """A verifier (and a draft unless tree_size is 0) is alive and warmed up."""
@@ -98,6 +107,7 @@ class RoundDriver:
 
     def _release(self, seq: Sequence) -> list[Out]:
         self.losses.pop(seq.request_id, None)
+        self.ahead.discard(seq.request_id)
         return self._unplace(seq, wire.Role.DRAFT) + self._unplace(seq, wire.Role.VERIFIER)
 
     def _place(self, seq: Sequence, role: wire.Role) -> Worker | None:
@@ -127,8 +137,9 @@ class RoundDriver:
 
     # ---- the round ----------------------------------------------------------------------
     def start(self, now: float) -> list[Out]:
-        """Begin a round if none is in flight and sequences are running or waiting."""
-        if self.current is not None or not (self.core.running or self.core.waiting):
+        """Begin a round if none is in flight and sequences are running or waiting (and no
+        look-ahead step is still out: its draft worker is busy with it anyway)."""
+        if self.current is not None or self.ahead.busy() or not (self.core.running or self.core.waiting):
             return []
         if not self.workers.alive(wire.Role.VERIFIER):
             return self._fail_all("no verifier replica is alive")
@@ -136,18 +147,19 @@ class RoundDriver:
         seqs = [s for s in self.core.running.values() if self._place(s, wire.Role.VERIFIER)]
         if not seqs:
             return []
-        self.round_no += 1
-        rnd = Round(self.round_no, wire.Role.DRAFT, now + self.step_timeout_s, [s.request_id for s in seqs],
-                    {s.request_id: s.draft_seen for s in seqs})
-        self.current = rnd
         size, depth = self.policy.choose(len(seqs))
         if (size, depth) != self.shape:
             self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
                           reason=self.policy.last_reason)
             self.shape = (size, depth)
+        guessed = {s.request_id: t for s in seqs if (t := self.ahead.take(s, size)) is not None}
+        self.round_no += 1
+        rnd = Round(self.round_no, wire.Role.DRAFT, now + self.step_timeout_s, [s.request_id for s in seqs],
+                    {s.request_id: s.draft_seen for s in seqs}, trees=guessed, guessed=len(guessed))
+        self.current = rnd
         groups: dict[str, list[wire.DraftSeq]] = {}
         for s in seqs:
-            w = self._place(s, wire.Role.DRAFT) if size > 0 else None
+            w = self._place(s, wire.Role.DRAFT) if size > 0 and s.request_id not in guessed else None
             if w is not None:
                 groups.setdefault(w.key, []).append(self.core.draft_seq(s, size, depth))
         out = []
@@ -159,6 +171,8 @@ class RoundDriver:
     def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
         """Collect one draft worker's trees; lost sequences are re-placed (plain step now)."""
         rnd, key = self.current, identity.hex()
+        if res.guess:
+            return self._on_guess(key, res)
         if rnd is None or rnd.phase != wire.Role.DRAFT or res.round != rnd.number or key not in rnd.pending:
             return []
         out: list[Out] = []
@@ -184,7 +198,22 @@ class RoundDriver:
         for key, entries in groups.items():
             rnd.pending[key] = {e.seq_id for e in entries}
             out.append((self.workers.get(key).identity, wire.VerifyStep(rnd.number, entries)))
-        return out if out else self._finish()
+        return out + self._send_guesses(rnd, now) if out else self._finish()
+
+    def _send_guesses(self, rnd: Round, now: float) -> list[Out]:
+        """Overlap: while the verifier scores this round's trees, draft the next round's."""
+        if not self.overlap():
+            return []
+        return self.ahead.send(rnd.number + 1, rnd.trees, self.core.running, self.workers, self.shape,
+                               now + self.step_timeout_s)
+
+    def _on_guess(self, key: str, res: wire.DraftResult) -> list[Out]:
+        out: list[Out] = []
+        for sid in self.ahead.on_result(key, res):
+            seq = self.core.running.get(sid)
+            if seq is not None:
+                out += self._unplace(seq, wire.Role.DRAFT)
+        return out
 
     def on_verify(self, identity: bytes, res: wire.VerifyResult, now: float) -> list[Out]:
         """Collect one verifier's outcomes; commit when every verifier has answered."""
@@ -234,7 +263,7 @@ class RoundDriver:
                 self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output))
                 self.owners.pop(sid, None)
                 out += self._release(seq)
-        round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted)
+        round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted, from_guess=rnd.guessed)
         return out
 
     # ---- failures -----------------------------------------------------------------------
@@ -242,6 +271,7 @@ class RoundDriver:
         """A worker died, timed out or restarted: re-place its sequences, unblock the round."""
         self.log.warning("worker dropped", worker=w.replica, role=w.role.value, reason=why, seqs=len(w.seqs))
         out: list[Out] = []
+        self.ahead.drop_worker(w.key)
         for sid in list(w.seqs):
             seq = self.core.running.get(sid)
             if seq is not None:
@@ -253,18 +283,25 @@ class RoundDriver:
         return out
 
     def check_deadline(self, now: float) -> list[Out]:
-        """Drop the workers whose reply to the round in flight is overdue (a lost reply must
-        not hang the round); their sequences are re-placed."""
+        """Drop the workers whose reply to the round in flight (or to a look-ahead step) is
+        overdue (a lost reply must not hang the round); their sequences are re-placed."""
+        out = self._drop_overdue(list(self.ahead.pending), now) if self.ahead.busy() and now >= self.ahead.deadline else []
         rnd = self.current
         if rnd is None or now < rnd.deadline:
-            return []
-        out: list[Out] = []
+            return out
+        out += self._drop_overdue(list(rnd.pending), now)
         for key in list(rnd.pending):
-            w = self.workers.drop(key)
-            if w is not None:
-                out += self.worker_gone(w, now, "step reply timed out")
-            elif self.current is rnd:
+            if self.current is rnd:
                 rnd.pending.pop(key, None)
         if self.current is rnd and not rnd.pending:
             out += self._start_verify(now) if rnd.phase == wire.Role.DRAFT else self._finish()
+        return out
+
+    def _drop_overdue(self, keys: list[str], now: float) -> list[Out]:
+        out: list[Out] = []
+        for key in keys:
+            self.ahead.drop_worker(key)
+            w = self.workers.drop(key)
+            if w is not None:
+                out += self.worker_gone(w, now, "step reply timed out")
         return out

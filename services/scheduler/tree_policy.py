@@ -9,8 +9,9 @@ default) picks the shape that maximises expected committed tokens per second, fr
   tree would have accepted: prune it to its best n nodes (EAGLE-2 re-ranking by draft
   score) at depth <= D, and the accepted path survives up to its first pruned node.
   For greedy decoding this counterfactual is exact, so one big tree measures every
-  (n, D) at once. Every ``EXPLORE_EVERY``-th round asks for a tree twice the current best
-  size, so the estimates can grow toward bigger trees when they pay.
+  (n, D) at once. Every ``EXPLORE_EVERY``-th round asks for a tree about twice the current
+  best (size and depth), so the estimates can grow toward bigger trees when they pay,
+  while exploring stays cheap when the best is small (heavy load).
 
 Expected throughput for a round of B sequences (Sequoia, arXiv 2402.12374 §3.3):
     tokens/ms(n, D) = B * (E[accepted | n, D] + 1) / (verify_ms(B * (n + 1)) + draft_ms(B, D))
@@ -33,6 +34,7 @@ AUTO_DEFAULT_SIZE = 16  # nodes, used until costs and acceptance are measured
 AUTO_MAX_NODES = 64  # largest tree "auto" considers; workers reserve KV rows for it
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 EXPLORE_EVERY = 8  # rounds
+EXPLORE_EXTRA_DEPTH = 2  # an explore round drafts 2 * best depth + this many levels (cheap under load)
 MIN_WEIGHT = 0.5  # decayed observations a (size, depth) estimate needs before it is used
 DECAY = 0.98  # weight of older rounds (adapts to the prompt at hand)
 
@@ -136,9 +138,10 @@ class TreePolicy:
         if self.verify is None or self.draft is None:
             self.last_reason = "default until measured"
             return AUTO_DEFAULT_SIZE, self.max_depth
-        if self.rounds % EXPLORE_EVERY == 1:  # probe a tree twice the current best
+        if self.rounds % EXPLORE_EVERY == 1:  # probe a tree about twice the current best
             self.last_reason = "explore"
-            return min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])), self.max_depth
+            return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
+                    min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
         best, best_rate = (0, 0), batch / self.verify.ms(batch)
         for si, size in enumerate(SIZES):
             for depth in range(1, min(size, self.max_depth) + 1):

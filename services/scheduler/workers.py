@@ -23,6 +23,7 @@ class Worker:
     last_seen: float  # time.monotonic() seconds of the last frame from it
     heartbeat: wire.Heartbeat | None = None
     seqs: set[str] = field(default_factory=set)  # sequence ids placed on it
+    devices: tuple[str, ...] = ()  # from Hello: where it computes ("cpu", "cuda:0", ...)
 
     @property
     def key(self) -> str:
@@ -52,7 +53,7 @@ class WorkerRegistry:
         if msg.role == wire.Role.GATEWAY:
             raise ValueError("gateways are not workers")
         old = self._by_key.pop(identity.hex(), None)
-        w = Worker(identity, msg.role, msg.replica, msg.slots_total, now)
+        w = Worker(identity, msg.role, msg.replica, msg.slots_total, now, devices=tuple(msg.devices))
         self._by_key[w.key] = w
         return w, old
 

@@ -84,7 +84,8 @@ def build_shard_runner(model_path: str, dtype: str, slots: int, max_len: int, ra
     return VerifierRunner(model, slots, max_len)
 
 
-def _rank_device(device: str, rank: int) -> str:
+def rank_device(device: str, rank: int) -> str:
+    """The device of tensor-parallel rank ``rank``: ``cuda:<rank>`` on CUDA, else ``cpu``."""
     return f"cuda:{rank}" if device.startswith("cuda") else "cpu"
 
 
@@ -126,7 +127,7 @@ def _worker(rank: int, world: int, port: int, device: str, model_path: str, dtyp
     """Rank 1..W-1: mirror every message rank 0 broadcasts until the empty (stop) message."""
     _exit_with_parent(parent_pid)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    dev = _rank_device(device, rank)
+    dev = rank_device(device, rank)
     group = _init_rank(rank, world, port, device)
     runner = build_shard_runner(model_path, dtype, slots, max_len, rank, world, dev, group)
     dist.barrier()
@@ -162,7 +163,7 @@ class TensorParallelVerifier:
         if device.startswith("cuda") and tp_size > torch.cuda.device_count():
             raise ValueError(f"tp_size {tp_size} > {torch.cuda.device_count()} visible GPUs")
         self.tp_size, self._closed = tp_size, False
-        self._device = _rank_device(device, 0)
+        self._device = rank_device(device, 0)
         port, ctx = _free_port(), mp.get_context("spawn")
         self._procs = [ctx.Process(target=_worker, daemon=True, name=f"tp-rank-{r}",
                                    args=(r, tp_size, port, device, model_path, dtype, slots, max_len, os.getpid()))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from common import wire
 from common.config import AUTO, Config
 from common.modeling.budget import plan_slots
+from common.modeling.devices import device_ids
 from common.modeling.build import TREE_HEADROOM, eos_ids, main_model
 from common.modeling.runner import measure_forward_ms
 from common.tree import TokenTree
@@ -39,7 +40,8 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
     _warm_up(runner)
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
     log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost)
-    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)), cost)
+    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)), cost,
+                       device_ids(cfg.device))
     return VerifierWorker(runner, hello)
 
 
@@ -61,5 +63,7 @@ def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:
                                         cfg.tensor_parallel_size, cfg.device)
     _warm_up(tp)
     log.info("tensor-parallel verifier ready", ranks=cfg.tensor_parallel_size, slots=slots, max_len=max_len)
-    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)))
+    devices = device_ids(tensor_parallel.rank_device(cfg.device, 0), cfg.tensor_parallel_size)
+    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)),
+                       devices=devices)
     return VerifierWorker(tp, hello)

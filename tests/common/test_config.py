@@ -41,3 +41,14 @@ class TestLoadConfig:
             load_config(environ={"TREESPEC_PORT": "eighty"})
         with pytest.raises(ConfigError, match="dtype"):
             Config(dtype="int8")
+
+    @pytest.mark.parametrize("value,expected", [("auto", "auto"), ("on", "on"), ("true", "on"), ("0", "off"),
+                                                (True, "on"), (False, "off")])
+    def test_overlap_values(self, value, expected):
+        """overlap accepts auto/on/off and booleans (TOML true/false, env 1/0)."""
+        assert load_config(overrides={"overlap": value}, environ={}).overlap == expected
+
+    def test_bad_overlap_names_key(self):
+        """An overlap value other than auto/on/off raises ConfigError naming the key."""
+        with pytest.raises(ConfigError, match="overlap"):
+            load_config(environ={"TREESPEC_OVERLAP": "sometimes"})

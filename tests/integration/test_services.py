@@ -92,6 +92,26 @@ class TestFuzz:
         client.close()
 
 
+class TestOverlap:
+    def test_overlap_on_keeps_output_and_uses_guesses(self, tmp_path, reference):
+        """With overlap on and a draft equal to the main model, concurrent requests give the
+        in-process greedy output, look-ahead trees are drafted and used, and no KV leaks."""
+        c = start_cluster(tmp_path, overlap="on", draft_model_path="tiny-random:0")
+        try:
+            client = c.client()
+            stats = wait_workers(client, 1, 1)
+            assert stats.overlap
+            submit_all(client, "o")
+            outs, finals = collect(client, "o")
+            assert outs == reference
+            assert all(f.finish == wire.FinishReason.LENGTH for f in finals)
+            stats = client.wait_stats(lambda s: s.running == 0 and all(w.slots_used == 0 for w in s.workers), 20)
+            assert 0 < stats.guess_hits <= stats.guesses
+            client.close()
+        finally:
+            c.stop()
+
+
 class TestFailover:
     @pytest.mark.parametrize("role", ["draft", "verifier"])
     def test_kill_9_mid_generation_keeps_output_identical(self, tmp_path, reference, role):

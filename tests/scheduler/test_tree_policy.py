@@ -7,7 +7,7 @@ import pytest
 
 from common.config import Config
 from common.tree import TokenTree
-from services.scheduler.tree_policy import SIZES, AcceptanceTable, CostCurve, TreePolicy
+from services.scheduler.tree_policy import EXPLORE_EXTRA_DEPTH, SIZES, AcceptanceTable, CostCurve, TreePolicy
 
 
 def chain_tree(depth: int, siblings: int = 3) -> TokenTree:
@@ -115,8 +115,11 @@ class TestTreePolicy:
         assert p.choose(4) == (8, 8)
 
     def test_explores_twice_the_best(self):
-        """Every EXPLORE_EVERY-th round asks for a tree twice the current best size."""
+        """Every EXPLORE_EVERY-th round asks for a tree twice the current best size, and
+        at most twice its depth plus EXPLORE_EXTRA_DEPTH (cheap when the best is small)."""
         p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
         best = p.choose(1)
         p.rounds = 0
-        assert p.choose(1)[0] == max(2 * best[0], SIZES[2])
+        size, depth = p.choose(1)
+        assert size == max(2 * best[0], SIZES[2])
+        assert depth == min(12, 2 * best[1] + EXPLORE_EXTRA_DEPTH) < 12

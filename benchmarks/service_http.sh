@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The multi-process service over HTTP: plain decoding, speculation, and draft/verify overlap
+# on shared and on separate CPU cores. Each run starts a fresh deployment on port 8000,
+# waits for /health, runs `treespec bench --url` (8 HumanEval prompts, concurrency 1,2,4,8,
+# 128 tokens), saves /metrics, and stops it. About 6 minutes per run on 2 cores.
+#
+#   bash benchmarks/service_http.sh [RUN...]     RUN: plain spec overlap pinned-off pinned-on
+#
+# Results: benchmarks/results/service/<run>.json (+ <run>.metrics.txt). Needs port 8000 free.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=.venv/bin/treespec
+OUT=benchmarks/results/service
+mkdir -p "$OUT"
+RUNS=${*:-plain spec overlap pinned-off pinned-on}
+
+wait_ready() { for _ in $(seq 1 300); do curl -sf localhost:8000/health > /dev/null && return 0; sleep 2; done; return 1; }
+
+bench() {  # bench RUN
+  $T bench --url http://localhost:8000 --concurrency 1,2,4,8 --dataset humaneval --limit 8 \
+    --max-new-tokens 128 --json "$OUT/$1.json"
+  curl -s localhost:8000/metrics | grep -v '^#' | grep -E 'overlap|mean_accepted|spec_decode_num_(drafts|accepted_tokens)_total ' \
+    > "$OUT/$1.metrics.txt"
+}
+
+up() {  # up RUN FLAGS...: treespec up (every process shares both cores)
+  local run=$1; shift
+  local logs; logs=$(mktemp -d)
+  $T up --set log_dir="$logs" "$@" > "$logs/up.out" 2>&1 &
+  local pid=$!
+  wait_ready && bench "$run"
+  kill -INT $pid; wait $pid || true
+}
+
+pinned() {  # pinned RUN OVERLAP: verifier on core 0, draft on core 1, one thread each
+  local run=$1 logs; logs=$(mktemp -d)
+  export TREESPEC_OVERLAP=$2 TREESPEC_LOG_DIR=$logs
+  $T scheduler > "$logs/scheduler.out" 2>&1 & local s=$!
+  taskset -c 0 env OMP_NUM_THREADS=1 $T verifier --replica 0 > "$logs/verifier.out" 2>&1 & local v=$!
+  for _ in $(seq 1 200); do grep -q "main model ready" "$logs/verifier.out" && break; sleep 2; done
+  taskset -c 1 env OMP_NUM_THREADS=1 $T draft --replica 0 > "$logs/draft.out" 2>&1 & local d=$!
+  $T gateway > "$logs/gateway.out" 2>&1 & local g=$!
+  wait_ready && bench "$run"
+  kill -TERM $g $d $v $s; wait $g $d $v $s || true
+  unset TREESPEC_OVERLAP TREESPEC_LOG_DIR
+}
+
+for run in $RUNS; do
+  echo "== $run"
+  case $run in
+    plain) up plain --tree-size 0 ;;
+    spec) up spec --set overlap=off ;;
+    overlap) up overlap --set overlap=on ;;
+    pinned-off) pinned pinned-off off ;;
+    pinned-on) pinned pinned-on on ;;
+    *) echo "unknown run $run" >&2; exit 2 ;;
+  esac
+  sleep 3
+done
