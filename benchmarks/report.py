@@ -69,10 +69,39 @@ def long_run() -> str:
     return "\n".join(rows)
 
 
+SERVICE_RUNS = {"plain": "plain decoding (tree_size 0)", "spec": "treespec, overlap off",
+                "overlap": "treespec, overlap on (shared cores)", "pinned-off": "pinned, overlap off",
+                "pinned-on": "pinned, overlap on"}
+
+
+def _metric(path: Path, name: str) -> float:
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def service() -> str:
+    """benchmarks/service_http.sh: aggregate tok/s per concurrency level, per run."""
+    runs = {k: json.loads((RESULTS / "service" / f"{k}.json").read_text()) for k in SERVICE_RUNS
+            if (RESULTS / "service" / f"{k}.json").exists()}
+    levels = [r["concurrency"] for r in next(iter(runs.values()))["concurrency"]]
+    rows = ["| run | " + " | ".join(f"c={c} tok/s" for c in levels) + " | ITL p50 ms (c=1) | MAL | overlap hits/guesses |",
+            "|---|" + "---|" * (len(levels) + 3)]
+    for key, d in runs.items():
+        m = RESULTS / "service" / f"{key}.metrics.txt"
+        hits, guesses = _metric(m, "treespec:overlap_hits_total"), _metric(m, "treespec:overlap_guesses_total")
+        mal = _metric(m, "treespec:mean_accepted_length")
+        tps = " | ".join(f"{r['tokens_per_s']:.1f}" for r in d["concurrency"])
+        rows.append(f"| {SERVICE_RUNS[key]} | {tps} | {d['concurrency'][0]['itl_p50_ms']:.0f} | "
+                    f"{f'{mal:.2f}' if mal else '-'} | {f'{hits:.0f}/{guesses:.0f}' if guesses else '-'} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     for title, fn in (("HumanEval", lambda: comparison("humaneval")), ("Spec-Bench", lambda: comparison("spec_bench")),
-                      ("Sweeps", sweeps), ("Long output", long_run)):
+                      ("Sweeps", sweeps), ("Long output", long_run), ("Service over HTTP", service)):
         try:
             print(f"### {title}\n\n{fn()}\n")
-        except FileNotFoundError as exc:
-            print(f"### {title}\n\n(missing: {exc.filename})\n")
+        except (FileNotFoundError, StopIteration) as exc:
+            print(f"### {title}\n\n(missing: {getattr(exc, 'filename', 'results')})\n")
