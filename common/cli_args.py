@@ -6,8 +6,9 @@ Torch-free. Flags override the TOML file and ``TREESPEC_*`` variables (see confi
 from __future__ import annotations
 
 import argparse
+import sys
 
-from common.config import Config, load_config
+from common.config import Config, ConfigError, load_config
 
 FLAG_KEYS = {  # flag dest -> config key
     "model_path": "main_model_path",
@@ -44,7 +45,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
-            from common.config import ConfigError
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     return load_config(args.config, overrides)
+
+
+def config_or_report(args: argparse.Namespace, command: str) -> Config | None:
+    """``config_from_args``, or None after printing ``treespec <command>: <problem>`` to
+    stderr (callers then exit with status 2)."""
+    try:
+        return config_from_args(args)
+    except ConfigError as exc:
+        print(f"treespec {command}: {exc}", file=sys.stderr)
+        return None

@@ -122,15 +122,11 @@ def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Bui
     too small, unsupported setting: logged with the reason), 0 after SIGTERM/SIGINT.
     """
     import signal
-    import sys
 
-    from common.cli_args import config_from_args
-    from common.config import ConfigError
+    from common.cli_args import config_or_report
     from common.logging import setup_logging
-    try:
-        cfg = config_from_args(args)
-    except ConfigError as exc:
-        print(f"treespec {role.value}: {exc}", file=sys.stderr)
+    cfg = config_or_report(args, role.value)
+    if cfg is None:
         return 2
     replica = args.replica or str(os.getpid())
     log = setup_logging(role.value, replica, cfg.log_level)

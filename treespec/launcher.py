@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli_args import add_config_args, config_from_args
-from common.config import AUTO, Config, ConfigError, env_var
+from common.cli_args import add_config_args, config_or_report
+from common.config import AUTO, Config, env_var
 
 READY_TIMEOUT_S = 600.0  # loading real models can take minutes; a crash is reported at once
 STOP_GRACE_S = 10.0  # SIGTERM -> SIGKILL
@@ -133,10 +133,8 @@ def wait_ready(cfg: Config, services: list[Service], stop: threading.Event, unti
 
 def run(args) -> int:
     """Start everything, wait for ready, serve until a signal or a service dies."""
-    try:
-        cfg = config_from_args(args)
-    except ConfigError as exc:
-        print(f"treespec up: {exc}", file=sys.stderr)
+    cfg = config_or_report(args, "up")
+    if cfg is None:
         return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -7,7 +7,7 @@ import os
 
 from aiohttp import web
 
-from common.cli_args import add_config_args, config_from_args
+from common.cli_args import add_config_args, config_or_report
 from common.logging import setup_logging
 from services.gateway.app import make_app
 from services.gateway.backend import ZmqBackend
@@ -20,7 +20,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
+    """Serve HTTP until SIGTERM/SIGINT; 2 on a config error (named on stderr)."""
+    cfg = config_or_report(args, "gateway")
+    if cfg is None:
+        return 2
     replica = args.replica or os.environ.get("HOSTNAME") or str(os.getpid())
     log = setup_logging("gateway", replica, cfg.log_level)
     backend = ZmqBackend(cfg.scheduler_address, replica, cfg.heartbeat_interval_s,

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import signal
-import sys
 
 import zmq
 
-from common.cli_args import add_config_args, config_from_args
-from common.config import ConfigError
+from common.cli_args import add_config_args, config_or_report
 from common.logging import setup_logging
 
 
@@ -19,10 +17,8 @@ def configure(parser) -> None:
 def run(args) -> int:
     """Serve until SIGTERM/SIGINT; 2 on a config error, 1 when the address cannot be bound."""
     from services.scheduler.loop import SchedulerLoop
-    try:
-        cfg = config_from_args(args)
-    except ConfigError as exc:
-        print(f"treespec scheduler: {exc}", file=sys.stderr)
+    cfg = config_or_report(args, "scheduler")
+    if cfg is None:
         return 2
     log = setup_logging("scheduler", "0", cfg.log_level)
     try:

@@ -170,20 +170,32 @@ class RoundDriver:
 
     def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
         """Collect one draft worker's trees; lost sequences are re-placed (plain step now)."""
-        rnd, key = self.current, identity.hex()
         if res.guess:
-            return self._on_guess(key, res)
-        if rnd is None or rnd.phase != wire.Role.DRAFT or res.round != rnd.number or key not in rnd.pending:
+            return self._on_guess(identity.hex(), res)
+        out = self._collect(identity.hex(), res.round, wire.Role.DRAFT, res.trees)
+        if out is None:
             return []
+        rnd = self.current
+        rnd.draft_ms = max(rnd.draft_ms, res.draft_ms)
+        return out + (self._start_verify(now) if not rnd.pending else [])
+
+    def _collect(self, key: str, number: int, phase: wire.Role, replies: dict) -> list[Out] | None:
+        """Store worker ``key``'s per-sequence replies (trees or outcomes) in the round in
+        flight; a sequence it did not answer is re-placed (a verifier's loss is counted).
+        None when the reply is not awaited (stale round, wrong phase, unknown worker)."""
+        rnd = self.current
+        if rnd is None or rnd.phase != phase or number != rnd.number or key not in rnd.pending:
+            return None
+        into = rnd.trees if phase == wire.Role.DRAFT else rnd.outs
         out: list[Out] = []
         for sid in rnd.pending.pop(key):
             seq = self.core.running.get(sid)
-            if sid in res.trees:
-                rnd.trees[sid] = res.trees[sid]
+            if sid in replies:
+                into[sid] = replies[sid]
             elif seq is not None:
-                out += self._unplace(seq, wire.Role.DRAFT)
-        rnd.draft_ms = max(rnd.draft_ms, res.draft_ms)
-        return out + (self._start_verify(now) if not rnd.pending else [])
+                out += self._unplace(seq, phase)
+                out += self._count_loss(seq) if phase == wire.Role.VERIFIER else []
+        return out
 
     def _start_verify(self, now: float) -> list[Out]:
         rnd = self.current
@@ -217,16 +229,10 @@ class RoundDriver:
 
     def on_verify(self, identity: bytes, res: wire.VerifyResult, now: float) -> list[Out]:
         """Collect one verifier's outcomes; commit when every verifier has answered."""
-        rnd, key = self.current, identity.hex()
-        if rnd is None or rnd.phase != wire.Role.VERIFIER or res.round != rnd.number or key not in rnd.pending:
+        out = self._collect(identity.hex(), res.round, wire.Role.VERIFIER, res.outs)
+        if out is None:
             return []
-        out: list[Out] = []
-        for sid in rnd.pending.pop(key):
-            seq = self.core.running.get(sid)
-            if sid in res.outs:
-                rnd.outs[sid] = res.outs[sid]
-            elif seq is not None:
-                out += self._unplace(seq, wire.Role.VERIFIER) + self._count_loss(seq)
+        rnd = self.current
         rnd.verify_ms = max(rnd.verify_ms, res.verify_ms)
         return out + (self._finish() if not rnd.pending else [])
 
@@ -289,19 +295,22 @@ class RoundDriver:
         rnd = self.current
         if rnd is None or now < rnd.deadline:
             return out
-        out += self._drop_overdue(list(rnd.pending), now)
-        for key in list(rnd.pending):
-            if self.current is rnd:
-                rnd.pending.pop(key, None)
-        if self.current is rnd and not rnd.pending:
-            out += self._start_verify(now) if rnd.phase == wire.Role.DRAFT else self._finish()
+        phase, overdue = rnd.phase, list(rnd.pending)
+        out += self._drop_overdue(overdue, now)
+        if self.current is not rnd or rnd.phase != phase:
+            return out  # dropping a worker already moved the round on
+        for key in overdue:  # workers that were already gone: nothing more will come from them
+            rnd.pending.pop(key, None)
+        if not rnd.pending:
+            out += self._start_verify(now) if phase == wire.Role.DRAFT else self._finish()
         return out
 
     def _drop_overdue(self, keys: list[str], now: float) -> list[Out]:
         out: list[Out] = []
         for key in keys:
-            self.ahead.drop_worker(key)
             w = self.workers.drop(key)
             if w is not None:
-                out += self.worker_gone(w, now, "step reply timed out")
+                out += self.worker_gone(w, now, "step reply timed out")  # also forgets its guesses
+            else:
+                self.ahead.drop_worker(key)
         return out

@@ -216,3 +216,36 @@ class TestOverlapRounds:
             h.deliver(next(k for k, q in h.queues.items() if q))
             h.route(h.driver.start(0.0))
         assert h.slots_used() == {DRAFT: 0, VERIFIER: 0} and not h.driver.ahead.guesses
+
+
+class TestDeadlines:
+    def test_overdue_draft_moves_the_round_on(self, tiny_main, tiny_noisy_draft):
+        """A draft reply that never comes drops that worker at the deadline and the round goes
+        on to verification (the verifier's pending reply is kept), then finishes."""
+        h = Harness(tiny_main, tiny_noisy_draft, "on", 0)
+        h.driver.step_timeout_s = 5.0
+        h.route(h.driver.submit(b"gw", wire.Submit("x", PROMPTS["a"], wire.SamplingParams(max_tokens=4))))
+        h.route(h.driver.start(0.0))
+        assert h.driver.current.phase == wire.Role.DRAFT and h.queues[DRAFT]
+        h.queues[DRAFT].clear()  # the reply is lost
+        h.route(h.driver.check_deadline(10.0))
+        rnd = h.driver.current
+        assert rnd.phase == wire.Role.VERIFIER and VERIFIER.hex() in rnd.pending
+        assert h.driver.workers.get(DRAFT.hex()) is None
+        h.deliver(VERIFIER)
+        assert h.driver.current is None and len(h.out["x"]) >= 1
+
+    def test_overdue_guess_drops_its_worker(self, tiny_main, tiny_noisy_draft):
+        """A look-ahead reply that never comes drops that draft worker at its deadline and
+        forgets its guesses, so the next round can start."""
+        h = Harness(tiny_main, tiny_noisy_draft, "on", 0)
+        h.driver.step_timeout_s = 5.0
+        h.route(h.driver.submit(b"gw", wire.Submit("x", PROMPTS["a"], wire.SamplingParams(max_tokens=40))))
+        h.route(h.driver.start(0.0))
+        h.deliver(DRAFT)  # the tree; the VerifyStep and a guess step go out
+        assert h.driver.ahead.busy()
+        h.queues[DRAFT].clear()  # the guess reply is lost
+        h.deliver(VERIFIER)
+        h.route(h.driver.check_deadline(10.0))
+        assert not h.driver.ahead.busy() and not h.driver.ahead.guesses
+        assert h.driver.workers.get(DRAFT.hex()) is None
