@@ -31,7 +31,7 @@ def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     dtype = sys.argv[2] if len(sys.argv) > 2 else "bfloat16"
     model, tok = main_model(load_config(None, {"dtype": dtype}))
-    with gzip.open(ROOT.parent / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz", "rt") as f:
+    with gzip.open(ROOT / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz", "rt") as f:
         prompts = [json.loads(line)["prompt"] for line in f][:5]
     diffs = []
     for text in prompts:

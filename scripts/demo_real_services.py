@@ -28,7 +28,7 @@ MAX_NEW = 64
 
 
 def prompts(n: int) -> list[str]:
-    path = ROOT.parent / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+    path = ROOT / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
     with gzip.open(path, "rt") as f:
         return [json.loads(line)["prompt"] for line in f][:n]
 

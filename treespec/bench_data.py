@@ -1,4 +1,4 @@
-"""Benchmark prompt sets: HumanEval and Spec-Bench from ``../shared/data`` (or a path)."""
+"""Benchmark prompt sets: HumanEval and Spec-Bench vendored in ``benchmarks/data`` (or a path)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "data"  # vendored, with SOURCE.txt + LICENSE
 SPEC_BENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 
 
@@ -43,7 +43,7 @@ def _spec_bench(path: Path) -> list[Prompt]:
             + [Prompt(str(r["question_id"]), r["category"], r["turns"][0], True) for r in rest])
 
 
-def load_prompts(dataset: str, limit: int | None, data_dir: Path = SHARED_DATA) -> list[Prompt]:
+def load_prompts(dataset: str, limit: int | None, data_dir: Path = DATA_DIR) -> list[Prompt]:
     """``humaneval``, ``spec_bench`` or ``spec_bench:<category>``; with ``limit`` on
     spec_bench (all categories) the prompts are spread evenly over the six categories.
 

@@ -205,7 +205,7 @@ def _exact_tokens(model, prompt, num_tokens, temperature, kw) -> dict:
     return out
 
 
-HUMANEVAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+HUMANEVAL = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
 
 
 @pytest.mark.real
