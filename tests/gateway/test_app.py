@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from common import wire
+from services.gateway.keys import add_key
 from services.gateway.metric_names import METRIC_NAMES, series_names
 from tests.gateway.conftest import make_test_app, serve
 from tests.gateway.fakes import FakeBackend, deltas
@@ -25,6 +26,21 @@ def post(backend, body=BODY, path="/v1/completions"):
 
 
 class TestHealth:
+    def test_livez_and_readyz(self, tmp_path):
+        """/livez is 200 while workers are down; /readyz is 503 until ready, then 200; both
+        need no API key and ignore the IP allowlist."""
+        backend = FakeBackend(ready=False, stats=STATS)
+
+        async def scenario(client):
+            live, ready1 = await client.get("/livez"), await client.get("/readyz")
+            backend.ready = True
+            ready2 = await client.get("/readyz")
+            return live.status, ready1.status, ready2.status
+        add_key(tmp_path / "keys.json", "alice")
+        app = make_test_app(backend, api_keys_file=str(tmp_path / "keys.json"), public_health=False,
+                            ip_allowlist=("10.9.9.0/24",))
+        assert serve(app, scenario) == (200, 503, 200)
+
     def test_loading_then_ready(self):
         """/health is 503 + Retry-After until the scheduler says ready, then 200."""
         backend = FakeBackend(ready=False, stats=STATS)
