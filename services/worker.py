@@ -143,13 +143,14 @@ def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Bui
     import signal
 
     from common.cli_args import config_or_report
-    from common.logging import setup_logging
+    from common.logging import route_library_logging, setup_logging
     from services.probes import ProbeServer, WorkerMetrics, default_replica
     cfg = config_or_report(args, role.value)
     if cfg is None:
         return 2
     replica = default_replica(args.replica)
     log = setup_logging(role.value, replica, cfg.log_level)
+    route_library_logging()
     holder: dict[str, object] = {}  # "built", "loop": filled as they come up (read by the probes)
     metrics = WorkerMetrics(role.value, replica, lambda: _slots(holder),
                             lambda: getattr(holder.get("loop"), "serving", False))
