@@ -34,8 +34,7 @@ def setup_logging(service: str, replica: str = "0", level: str = "info", stream=
     its children).
     """
     stream = sys.stdout if stream is None else stream
-    for name, value in NO_PROGRESS_BARS.items():
-        os.environ.setdefault(name, value)
+    quiet_progress_bars()
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
@@ -52,6 +51,16 @@ def setup_logging(service: str, replica: str = "0", level: str = "info", stream=
     _route_stdlib(stream, LEVELS[level], stamp)
     structlog.contextvars.bind_contextvars(service=service, replica=replica)  # module loggers too
     return structlog.get_logger().bind(service=service, replica=replica)
+
+
+def quiet_progress_bars() -> None:
+    """Turn progress bars off for this process and its children (environment switches).
+
+    tqdm reads ``TQDM_DISABLE`` when it is imported, so service commands call this before
+    importing anything heavy (``treespec.cli.main``); ``setup_logging`` calls it too.
+    """
+    for name, value in NO_PROGRESS_BARS.items():
+        os.environ.setdefault(name, value)
 
 
 def _route_stdlib(stream, level: int, stamp) -> None:

@@ -11,7 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SERVICE = """
 import logging, warnings
-from common.logging import route_library_logging, setup_logging
+from common.logging import quiet_progress_bars, route_library_logging, setup_logging
+quiet_progress_bars()  # what treespec.cli.main does for service commands, before their imports
+import tqdm
 log = setup_logging("draft", "draft-x", "info")
 route_library_logging()
 import tqdm
@@ -46,3 +48,16 @@ class TestServiceLogs:
         assert "UserWarning: a library warning" in warning["event"] and warning["level"] == "warning"
         assert by_event["done"]["request_id"] == "req-1"
         assert not any("below the level" in line or "Loading" in line for line in lines)
+
+
+class TestCli:
+    def test_service_commands_quiet_progress_bars_first(self):
+        """`treespec <service>` sets the progress-bar switches before importing the service
+        (tqdm reads them at import); other commands leave them alone."""
+        code = ("import os, sys; from treespec.cli import main; rc = main(sys.argv[1:]); "
+                "print(rc, os.environ.get('TQDM_DISABLE'), 'services.scheduler.main' in sys.modules)")
+        env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+        run = lambda *argv: subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, env=env,
+                                           capture_output=True, text=True, timeout=60).stdout.split()
+        assert run("scheduler", "--set", "no_such_key=1") == ["2", "1", "True"]
+        assert run("logs", "/nonexistent") == ["1", "None", "False"]
