@@ -2,12 +2,13 @@
 # Make sure a Dockerfile's base image exists locally; when no registry can be reached and the
 # image is missing, build a stand-in from Debian packages and tag it with the base's name.
 #
-#   bash scripts/docker_base.sh python:3.11-slim
+#   bash scripts/docker_base.sh python:3.11-slim-bookworm
 #
-# The stand-in: `debootstrap --variant=minbase bookworm` + python3 (3.11, as in the
-# python:3.11-slim image) in a venv at /usr/local/venv whose bin/ is first on PATH, so
-# `python` and `pip` behave as in the official image. Only for machines without a registry
-# (the smoke test here); with network access `docker pull` gets the real image first.
+# The stand-in: `debootstrap --variant=minbase bookworm` + python3 3.11 and its headers (as
+# in the official python:3.11-slim-bookworm image) in a venv at /usr/local/venv whose bin/
+# is first on PATH, so `python` and `pip` behave as in the official image. Only for
+# machines without a registry (the smoke test here); elsewhere `docker pull` gets the real
+# image first.
 set -euo pipefail
 
 tag=${1:?usage: docker_base.sh IMAGE:TAG}
@@ -27,7 +28,7 @@ command -v debootstrap >/dev/null || { echo "debootstrap missing: apt-get instal
 root=$(mktemp -d /tmp/treespec-base.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 echo "base image $tag: not pullable, building a Debian $suite stand-in in $root"
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+debootstrap --variant=minbase --include=python3,python3-venv,python3-dev,ca-certificates \
   "$suite" "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 rm -f "$root.log"
 chroot "$root" python3 -m venv /usr/local/venv
