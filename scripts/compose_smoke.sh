@@ -87,8 +87,10 @@ docker image inspect treespec-slim:latest treespec-cpu:latest --format '{{index 
 took "images built"
 
 step "secrets (API key + CURVE keys) in $TREESPEC_SECRETS_DIR"
-KEY=$(bash scripts/compose_secrets.sh | tee /dev/stderr | sed -n 's/^api key: //p')
-[ -n "$KEY" ] || fail "no API key created"
+out=$(bash scripts/compose_secrets.sh) || fail "compose_secrets.sh: $out"
+KEY=$(echo "$out" | sed -n 's/^api key: //p')
+[ -n "$KEY" ] || fail "no API key created: $out"
+echo "$out" | sed 's/^api key: \(tsk-....\).*/api key: \1… (made for this run, deleted at the end)/'
 took "secrets created"
 
 step "models job (fetch + verify + convert into the models volume)"

@@ -94,9 +94,12 @@ def verify(model: PackagedModel, target_dir: Path) -> tuple[bool, str]:
 
 def convert(models: list[PackagedModel], target: Path, dtype: str) -> int:
     """Write each model's converted cache (needs torch + transformers); 1 if one is missing."""
-    from common.modeling.loader import load_weights  # torch: only this action needs it
+    from common.modeling.loader import is_converted, load_weights  # torch: only this action needs it
     for m in models:
         try:
+            if is_converted(m.name, dtype, str(target)):
+                print(f"{m.name}: converted cache present ({dtype}) in {target / '.converted'}")
+                continue
             spec, _, _ = load_weights(m.name, dtype, str(target))
         except (FileNotFoundError, ValueError) as exc:
             print(f"treespec models convert: {m.name}: {exc}", file=sys.stderr)

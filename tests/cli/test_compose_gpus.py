@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from treespec import compose_gpus as cg
 REPO = Path(__file__).resolve().parents[2]
 SPECS = [REPO / "tests" / "data" / "compose_spec" / n for n in ("compose-spec.json", "compose-spec.compose-go.json")]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
-from test_compose import load, merge  # noqa: E402  (the Compose interpolation/merge helpers)
+from test_compose import _compose_v2, load, merge  # noqa: E402  (the Compose helpers)
 
 
 def render(verifiers, drafts) -> dict:
@@ -118,3 +119,19 @@ class TestCommand:
         assert cg.run(self.args(tmp_path, verifier=["0,x"], draft=["1"])) == 2
         assert "bad GPU list '0,x'" in capsys.readouterr().err
         assert not (tmp_path / "compose.gpus.yaml").exists()
+
+
+@pytest.mark.skipif(_compose_v2() is None, reason="no Docker Compose v2 binary installed (schema checks above)")
+def test_docker_compose_accepts_override(tmp_path):
+    """`docker compose config` merges compose.yaml with a generated override into device_ids per service."""
+    out_file = tmp_path / "compose.gpus.yaml"
+    ns = argparse.Namespace(verifier=["0,1"], draft=["2", "3"], compose_file=str(REPO / "compose.yaml"),
+                            output=str(out_file))
+    assert cg.run(ns) == 0
+    out = subprocess.run([*_compose_v2(), "-f", str(REPO / "compose.yaml"), "-f", str(out_file), "config",
+                          "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    services = json.loads(out.stdout)["services"]
+    assert {n: reserved(s) for n, s in services.items() if "-" in n} == {
+        "verifier-0": ["0", "1"], "draft-0": ["2"], "draft-1": ["3"]}
+    assert services["draft"]["scale"] == 0 and services["verifier"]["scale"] == 0

@@ -25,3 +25,15 @@ class TestConvert:
         """An unknown dtype exits 1 with the loader's message."""
         assert models_cmd.convert([PACKAGED["qwen2.5-coder-0.5b"]], tmp_path, "int3") == 1
         assert "unknown dtype 'int3'" in capsys.readouterr().err
+
+    def test_converted_model_is_not_reloaded(self, tmp_path, capsys, monkeypatch):
+        """A model whose converted cache exists is reported present without loading it."""
+        from common.modeling import loader
+        model = PACKAGED["qwen2.5-coder-0.5b"]
+        (tmp_path / model.filename).write_bytes(b"gguf")
+        st = (tmp_path / model.filename).stat()
+        stem = model.filename.removesuffix(".gguf")
+        (tmp_path / ".converted" / f"{stem}-{st.st_size}-{int(st.st_mtime)}-bfloat16").mkdir(parents=True)
+        monkeypatch.setattr(loader, "load_weights", lambda *a: (_ for _ in ()).throw(AssertionError("loaded")))
+        assert models_cmd.convert([model], tmp_path, "bfloat16") == 0
+        assert "converted cache present" in capsys.readouterr().out

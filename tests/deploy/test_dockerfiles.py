@@ -77,6 +77,7 @@ class TestWorkerImages:
         text = (REPO / "docker" / "Dockerfile.gpu").read_text()
         assert re.search(r"apt-get install .*\bgcc=", text)
         assert "libc6-dev" in text and "Python.h" in text
+        assert re.search(r'"\$CC" .*-shared -fPIC', text) and "import cc_check" in text  # built and imported
         assert "-runtime" not in re.findall(r"^FROM (.*)$", text, re.M)[0]
 
     def test_build_context_keeps_wheels_dir(self):
