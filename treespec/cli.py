@@ -21,6 +21,7 @@ COMMANDS = {
     "gateway": ("services.gateway.main", "run the HTTP gateway"),
     "keys": ("services.gateway.keys", "manage API keys (add / list / revoke)"),
     "logs": ("treespec.logs", "follow and filter the services' JSON logs"),
+    "compose-gpus": ("treespec.compose_gpus", "write a Compose override pinning each draft/verifier replica to GPUs"),
 }
 SERVICES = ("up", "scheduler", "draft", "verifier", "gateway")  # their logs hold JSON only: no progress bars
 
