@@ -78,6 +78,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    grammar: str | None = None  # an llguidance grammar (JSON schema / Lark) the output must match
 
 
 class Tree(msgspec.Struct, frozen=True):
