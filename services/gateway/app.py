@@ -25,6 +25,7 @@ from services.gateway.metrics import CONTENT_TYPE, Metrics
 from services.gateway.openai_api import ApiError
 from services.gateway.peers import ClientResolver, HostCheck
 from services.gateway.ratelimit import RateLimiter
+from services.gateway.server import track_requests
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +107,7 @@ def _backend_ctx(backend: Backend):
 def make_app(config: Config, backend: Backend, tokenizer: Tokenizer | None = None,
              replica: str | None = None) -> web.Application:
     """The gateway application. ``tokenizer`` defaults to the main model's (torch-free)."""
-    app = web.Application(middlewares=[guard], client_max_size=config.max_request_bytes)
+    app = web.Application(middlewares=[track_requests, guard], client_max_size=config.max_request_bytes)
     app[state.CONFIG] = config
     app[state.BACKEND] = backend
     app[state.TOKENIZER] = tokenizer or load_tokenizer(config.main_model_path)

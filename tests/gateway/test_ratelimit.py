@@ -33,3 +33,16 @@ class TestRateLimiter:
         rl.admit("a", 500)
         with pytest.raises(ApiError):
             rl.admit("a", 1)
+
+
+class TestEviction:
+    def test_idle_buckets_are_dropped(self):
+        """Buckets refilled completely are evicted on a later charge, at most once a minute."""
+        now = [0.0]
+        rl = RateLimiter(rpm=10, tpm=0, clock=lambda: now[0])
+        for i in range(100):
+            rl.admit_request(f"client{i}")
+        assert len(rl) == 100
+        now[0] = 61.0
+        rl.admit_request("fresh")
+        assert len(rl) == 1
