@@ -15,6 +15,13 @@ import llguidance
 from services.gateway.openai_api import ApiError
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>\n", "\n</tool_call>"  # Qwen2.5's template format
+# JSON layout: json.dumps' separators, no free whitespace (a model cannot loop on blanks,
+# and the separators become forced tokens). A schema's own "x-guidance" wins.
+LAYOUT = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
+
+
+def with_layout(schema: dict) -> dict:
+    return schema if "x-guidance" in schema else {**schema, "x-guidance": LAYOUT}
 
 
 def _checked(grammar: str, param: str) -> str:
@@ -26,7 +33,7 @@ def _checked(grammar: str, param: str) -> str:
 
 def json_grammar(schema: dict) -> str:
     """Output = one JSON value matching ``schema`` (``{"type": "object"}``: any object)."""
-    return _checked(llguidance.grammar_from("json_schema", json.dumps(schema)), "response_format")
+    return _checked(llguidance.grammar_from("json_schema", json.dumps(with_layout(schema))), "response_format")
 
 
 def call_schema(name: str, parameters: dict) -> dict:
@@ -41,7 +48,7 @@ def tool_call_grammar(functions: list[tuple[str, dict]], parallel: bool = False)
     ``parallel``: one or more blocks, separated by a newline.
     """
     schemas = [call_schema(name, params) for name, params in functions]
-    body = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    body = with_layout(schemas[0] if len(schemas) == 1 else {"anyOf": schemas})
     start = "start: call (\"\\n\" call)*" if parallel else "start: call"
     lark = (f"{start}\ncall: {json.dumps(TOOL_OPEN)} body {json.dumps(TOOL_CLOSE)}\n"
             f"body: %json {json.dumps(body)}\n")
