@@ -63,6 +63,13 @@ class Config:
     rate_limit_tpm: int = 0  # tokens/minute per key; 0 = unlimited
     curve_dir: str = ""  # directory with ZeroMQ CURVE keys; empty = no encryption
     served_model_name: str = "treespec"
+    served_model_aliases: tuple[str, ...] = ()  # further `model` names the API answers to
+    trusted_proxies: tuple[str, ...] = ()  # CIDRs whose X-Forwarded-For header is believed
+    allowed_hosts: tuple[str, ...] = ()  # Host names accepted with auth off (loopback names always)
+    max_request_bytes: int = 1024 * 1024  # HTTP body cap, checked before parsing
+    max_connections: int = 512  # open client connections per gateway; more are closed at once
+    header_timeout_s: float = 10.0  # a request's headers must arrive within this after connect/last answer
+    read_timeout_s: float = 30.0  # a request body must arrive within this
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -92,6 +99,10 @@ def _validate(cfg: Config) -> None:
         "verifier_replicas": cfg.verifier_replicas >= 1,
         "draft_vocab_size": cfg.draft_vocab_size >= 0,
         "log_level": cfg.log_level in ("debug", "info", "warning", "error"),
+        "max_request_bytes": cfg.max_request_bytes >= 1024,
+        "max_connections": cfg.max_connections >= 1,
+        "header_timeout_s": cfg.header_timeout_s > 0,
+        "read_timeout_s": cfg.read_timeout_s > 0,
     }
     for key, ok in checks.items():
         if not ok:

@@ -78,6 +78,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    grammar: str | None = None  # an llguidance grammar (JSON schema / Lark) the output must match
 
 
 class Tree(msgspec.Struct, frozen=True):
@@ -142,6 +143,8 @@ class DraftSeq(msgspec.Struct, frozen=True):
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    grammar: str | None = None  # SamplingParams.grammar: propose only tokens it allows
+    output: list[int] = []  # with a grammar: the output tokens so far (incl. a guessed path)
 
 
 class DraftStep(msgspec.Struct, tag="draft_step", frozen=True):
@@ -172,7 +175,7 @@ class VerifySeq(msgspec.Struct, frozen=True):
     new_tokens: list[int]
     tree: Tree
     params: SamplingParams
-    history: list[int] = []  # output tokens so far, for penalties (empty when unused)
+    history: list[int] = []  # output tokens so far, for penalties and grammar (empty when unused)
     seed: int = 0  # sampling: this round's generator seed (request seed + committed length)
     banned: list[int] = []  # min_tokens: token ids masked out (EOS, stop ids) ...
     ban_depth: int = 0  # ... at tree rows of depth < ban_depth (root = depth 0)

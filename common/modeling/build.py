@@ -8,6 +8,7 @@ import torch
 
 from common.config import AUTO, Config
 from common.tokenizer import END_MARKERS
+from common.modeling.grammar import GrammarMasks
 from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES
 from common.modeling.model import DecoderModel
 from common.modeling.quant import quantize_weights
@@ -102,6 +103,7 @@ def measure_costs(main: DecoderModel, draft: DecoderModel | None):
     return verify, dcurve
 
 
+
 def make_engine(cfg: Config, main: DecoderModel, draft: DecoderModel | None, tok, slots: int,
                 tree: tuple[int, int] | None = None, costs=None):
     """A LocalEngine over already-loaded models. ``tree`` = (size, max_depth) forces a
@@ -118,9 +120,12 @@ def make_engine(cfg: Config, main: DecoderModel, draft: DecoderModel | None, tok
         policy.set_costs(*(costs or measure_costs(main, draft)))
     tree = tree or choose_tree(cfg, slots)
     max_len = cfg.max_model_len + TREE_HEADROOM
-    runner = DraftRunner(draft, slots, max_len) if draft is not None and tree[0] > 0 else None
+    grammar = GrammarMasks.from_hf(tok, main.spec.vocab_size, eos_ids(tok))
+    runner = None
+    if draft is not None and tree[0] > 0:
+        runner = DraftRunner(draft, slots, max_len, grammar=grammar.sibling() if grammar else None)
     core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))
-    return LocalEngine(core, VerifierRunner(main, slots, max_len), runner, tree[0], tree[1], policy)
+    return LocalEngine(core, VerifierRunner(main, slots, max_len, grammar), runner, tree[0], tree[1], policy)
 
 
 def build_local_engine(cfg: Config, slots: int = 4, tree: tuple[int, int] | None = None):

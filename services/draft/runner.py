@@ -14,11 +14,13 @@ import numpy as np
 import torch
 
 from common import wire
+from common.modeling.grammar import GrammarMasks
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
 from common.modeling.runner import forward_segments
 from common.modeling.sampling import probs_from_logits
 from common.tree import ROOT
+from services.draft.constrained import constrained_children
 from services.draft.policy import TreeBuilder, TreeShape
 from common.modeling.slots import SlotTable
 
@@ -30,11 +32,12 @@ class DraftRunner:
     """Owns the draft model and its KV cache; ``step`` answers one DraftStep."""
 
     def __init__(self, model: DecoderModel, slots: int, max_len: int, topk: int = 4,
-                 width: int = 4, min_path_prob: float = 0.02) -> None:
+                 width: int = 4, min_path_prob: float = 0.02, grammar: GrammarMasks | None = None) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
         self.table = SlotTable(self.cache, model.spec.vocab_size)
         self.topk, self.width, self.min_path_prob = topk, width, min_path_prob
+        self.grammar = grammar  # propose only grammar-valid tokens (None: unconstrained drafts)
 
     def step(self, msg: wire.DraftStep) -> wire.DraftResult:
         """Draft one tree per sequence; sequences whose KV is missing are reported lost."""
@@ -47,6 +50,8 @@ class DraftRunner:
 
     def free(self, seq_ids: list[str]) -> None:
         self.table.free(seq_ids)
+        if self.grammar is not None:
+            self.grammar.free(seq_ids)
 
     def _draft(self, seqs: list[wire.DraftSeq]) -> dict:
         slots = [self.table.slot(s.seq_id) for s in seqs]
@@ -79,9 +84,12 @@ class DraftRunner:
         for b, s, parents in zip(builders, seqs, parents_per_seq):
             lg = logits[offset:offset + len(parents)]
             offset += len(parents)
+            k = min(self.topk, s.tree_size) or 1
+            if s.grammar is not None and self.grammar is not None:
+                constrained_children(self.grammar, self.model.head_ids, b, s, parents, lg, k)
+                continue
             probs = (probs_from_logits(lg, s.temperature, s.top_k, s.top_p) if s.temperature > 0
                      else torch.softmax(lg, dim=-1))
-            k = min(self.topk, s.tree_size) or 1
             top = torch.topk(probs, k, dim=-1)
             ids = top.indices if self.model.head_ids is None else self.model.head_ids[top.indices]
             logp = torch.log(top.values.clamp_min(1e-30))

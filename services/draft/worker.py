@@ -9,8 +9,9 @@ from common import wire
 from common.config import AUTO, Config
 from common.modeling.budget import plan_slots
 from common.modeling.devices import device_ids
-from common.modeling.build import TREE_HEADROOM, check_draft_against_main, draft_model
+from common.modeling.build import TREE_HEADROOM, check_draft_against_main, draft_model, eos_ids
 from common.modeling.runner import measure_forward_ms
+from common.modeling.grammar import GrammarMasks
 from services.draft.runner import DraftRunner
 from services.scheduler.tree_policy import choose_tree
 from services.worker import WARMUP_ID, WARMUP_TOKENS
@@ -33,7 +34,8 @@ def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     model, tok = draft_model(cfg)
     check_draft_against_main(cfg, model, tok)
     slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
-    runner = DraftRunner(model, slots, max_len)
+    runner = DraftRunner(model, slots, max_len,
+                         grammar=GrammarMasks.from_hf(tok, model.spec.vocab_size, eos_ids(tok)))
     size, depth = choose_tree(cfg, 1)
     runner.step(wire.DraftStep(0, [wire.DraftSeq(WARMUP_ID, 0, WARMUP_TOKENS, max(size, 1), max(depth, 1))]))
     runner.free([WARMUP_ID])

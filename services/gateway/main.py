@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-
-from aiohttp import web
+import asyncio
 
 from common.cli_args import add_config_args, config_or_report
 from common.logging import setup_logging
 from services.gateway.app import make_app
 from services.gateway.backend import ZmqBackend
+from services.gateway.server import serve
 from services.probes import default_replica
 
 
@@ -32,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
     app = make_app(cfg, backend, replica=replica)
     host = args.host or cfg.host
     log.info("gateway listening", host=host, port=cfg.port, scheduler=cfg.scheduler_address)
-    # handler_cancellation: a client that disconnects cancels its handler, which aborts
-    # the request at the scheduler.
-    web.run_app(app, host=host, port=cfg.port, handler_cancellation=True, print=None,
-                access_log=None)
+    # handler_cancellation (in serve): a client that disconnects cancels its handler,
+    # which aborts the request at the scheduler.
+    asyncio.run(serve(app, host, cfg.port, cfg))
     return 0

@@ -120,14 +120,16 @@ class SchedulerCore:
         toks = seq.tokens
         start = min(seq.draft_seen, len(toks) - 1)
         entry = wire.DraftSeq(seq.request_id, start, toks[start:], tree_size, max_depth,
-                              seq.params.temperature, seq.params.top_p, seq.params.top_k)
+                              seq.params.temperature, seq.params.top_p, seq.params.top_k,
+                              seq.params.grammar, seq.output if seq.params.grammar else [])
         seq.draft_seen = len(toks)
         return entry
 
     def verify_seq(self, seq: Sequence, tree: wire.Tree) -> wire.VerifySeq:
         """The verify-step entry for ``seq`` with its draft ``tree``."""
         p = seq.params
-        hist = seq.output if (p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0) else []
+        penalties = p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0
+        hist = seq.output if (penalties or p.grammar) else []
         ban_depth = max(0, p.min_tokens - len(seq.output))
         banned = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else seq.eos_ids)) if ban_depth else []
         return wire.VerifySeq(seq.request_id, seq.verifier_seen, seq.tokens[seq.verifier_seen:], tree, p,

@@ -142,7 +142,8 @@ class Lookahead:
         p = seq.params
         entry = wire.DraftSeq(seq.request_id, start, toks[start:] + path,
                               min(size * GUESS_SIZE_FACTOR, MAX_GUESS_SIZE), depth + GUESS_EXTRA_DEPTH,
-                              p.temperature, p.top_p, p.top_k)
+                              p.temperature, p.top_p, p.top_k, p.grammar,
+                              seq.output + path if p.grammar else [])
         seq.draft_seen = len(toks) + len(path)
         self.guesses[seq.request_id] = Guess(len(toks), path, worker)
         self.pending.setdefault(worker, set()).add(seq.request_id)

@@ -8,6 +8,7 @@ import time
 import torch
 
 from common import wire
+from common.modeling.grammar import GrammarMasks, apply_mask
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
 from common.modeling.runner import forward_segments
@@ -20,13 +21,17 @@ from services.verifier.acceptance import greedy_accept, sample_accept
 class VerifierRunner:
     """Owns the main model and its KV cache; ``step`` answers one VerifyStep."""
 
-    def __init__(self, model: DecoderModel, slots: int, max_len: int) -> None:
+    def __init__(self, model: DecoderModel, slots: int, max_len: int,
+                 grammar: GrammarMasks | None = None) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
         self.table = SlotTable(self.cache, model.spec.vocab_size)
+        self.grammar = grammar  # constrained decoding (SamplingParams.grammar); None = refused
 
     def free(self, seq_ids: list[str]) -> None:
         self.table.free(seq_ids)
+        if self.grammar is not None:
+            self.grammar.free(seq_ids)
 
     def step(self, msg: wire.VerifyStep) -> wire.VerifyResult:
         """Score all trees in one forward pass, accept, commit; unknown sequences are lost."""
@@ -74,7 +79,8 @@ class VerifierRunner:
         """Acceptance for one sequence; lg: ``[n + 1, V]`` raw fp32 logits."""
         prm = s.params
         kids = children(tree.parents)
-        scores = ban_until_min_tokens(penalized(lg, prm, tree, s.history), tree, s.banned, s.ban_depth)
+        pen = penalized(lg, prm, tree, s.history)
+        scores = self._constrain(s, tree, ban_until_min_tokens(pen, tree, s.banned, s.ban_depth), pen)
         if prm.temperature <= 0:
             accepted, bonus = greedy_accept(tree.tokens, kids, greedy(scores).numpy())
         else:
@@ -83,6 +89,17 @@ class VerifierRunner:
             accepted, bonus = sample_accept(tree.tokens, kids, probs, gen)
         lps = token_logprobs(lg, tree, accepted, bonus, prm.logprobs) if prm.logprobs is not None else None
         return wire.VerifyOut(accepted, bonus, lps)
+
+
+    def _constrain(self, s: wire.VerifySeq, tree: TokenTree, scores: torch.Tensor,
+                   unbanned: torch.Tensor) -> torch.Tensor:
+        """Grammar mask per tree row (``common.modeling.grammar``), before acceptance."""
+        if s.params.grammar is None:
+            return scores
+        if self.grammar is None:
+            raise ValueError("this verifier has no tokenizer for grammar-constrained decoding")
+        m = self.grammar.matcher(s.seq_id, s.params.grammar, s.history)
+        return apply_mask(scores, self.grammar.row_masks(m, tree.tokens, tree.parents), unbanned)
 
 
 def penalized(lg: torch.Tensor, prm: wire.SamplingParams, tree: TokenTree, history: list[int]) -> torch.Tensor:

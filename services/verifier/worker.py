@@ -12,6 +12,7 @@ from common.modeling.devices import device_ids
 from common.modeling.build import TREE_HEADROOM, eos_ids, main_model
 from common.modeling.runner import measure_forward_ms
 from common.tree import TokenTree
+from common.modeling.grammar import GrammarMasks
 from services.verifier.runner import VerifierRunner
 from services.worker import WARMUP_ID, WARMUP_TOKENS
 
@@ -36,7 +37,7 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
         return _build_tensor_parallel(cfg, replica, log)
     model, tok = main_model(cfg)
     slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
-    runner = VerifierRunner(model, slots, max_len)
+    runner = VerifierRunner(model, slots, max_len, GrammarMasks.from_hf(tok, model.spec.vocab_size, eos_ids(tok)))
     _warm_up(runner)
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
     log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost)

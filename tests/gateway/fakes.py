@@ -26,8 +26,10 @@ class ByteTokenizer:
             return "<eos>"
         return bytes(i for i in ids if i < 256).decode(errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        return "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        head = "".join(f"<tools>{t['function']['name']}\n" for t in tools or [])
+        return head + "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
 
     def end_token_ids(self) -> list[int]:
         return [EOS]

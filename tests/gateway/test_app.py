@@ -137,3 +137,75 @@ class TestTorchFree:
                 "treespec.cli.build_parser('gateway'); treespec.cli.build_parser('keys'); "
                 "sys.exit('torch' in sys.modules)")
         assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+class TestAbuse:
+    def test_rate_limited_client_is_refused_before_parsing(self):
+        """A client out of requests gets 429 for a huge malformed body, which is never parsed."""
+        async def scenario(client):
+            ok = await client.post("/v1/completions", json=BODY)
+            junk = await client.post("/v1/completions", data=b"[" * 500_000,
+                                     headers={"Content-Type": "application/json"})
+            return ok.status, junk.status
+        assert serve(make_test_app(rate_limit_rpm=1), scenario) == (200, 429)
+
+    def test_body_cap_is_413_json(self):
+        """A body over max_request_bytes is a JSON 413, refused on its Content-Length."""
+        async def scenario(client):
+            r = await client.post("/v1/completions", data=b"x" * 5000, headers={"Content-Type": "application/json"})
+            return r.status, await r.json()
+        status, body = serve(make_test_app(max_request_bytes=4096), scenario)
+        assert status == 413 and "4096" in body["error"]["message"]
+
+    def test_oversized_prompt_refused_before_tokenizing(self):
+        """A prompt longer than context x 32 characters is a 400 and the tokenizer never runs."""
+        from tests.gateway.fakes import ByteTokenizer
+
+        class Spy(ByteTokenizer):
+            calls = 0
+
+            def encode(self, text, add_special_tokens=True):
+                Spy.calls += 1
+                return super().encode(text)
+
+        async def scenario(client):
+            r = await client.post("/v1/completions", json={"prompt": "x" * (64 * 32 + 1)})
+            return r.status
+        assert serve(make_test_app(tokenizer=Spy()), scenario) == 400 and Spy.calls == 0
+
+    def test_tokenizing_does_not_block_the_event_loop(self):
+        """While a prompt is being tokenized, /health still answers."""
+        import threading
+        from tests.gateway.fakes import ByteTokenizer
+        release = threading.Event()
+
+        class Slow(ByteTokenizer):
+            def encode(self, text, add_special_tokens=True):
+                release.wait(10)
+                return super().encode(text)
+
+        async def scenario(client):
+            gen = asyncio.ensure_future(client.post("/v1/completions", json=BODY))
+            await asyncio.sleep(0.2)
+            health = await asyncio.wait_for(client.get("/health"), 5)
+            release.set()
+            return health.status, (await gen).status
+        assert serve(make_test_app(tokenizer=Slow()), scenario) == (200, 200)
+
+    def test_proxied_clients_get_their_own_buckets(self):
+        """Behind a trusted proxy, X-Forwarded-For clients are rate-limited separately."""
+        async def scenario(client):
+            out = []
+            for ip in ("198.51.100.1", "198.51.100.2", "198.51.100.1"):
+                r = await client.post("/v1/completions", json=BODY, headers={"X-Forwarded-For": ip})
+                out.append(r.status)
+            return out
+        app = make_test_app(rate_limit_rpm=1, trusted_proxies=("127.0.0.0/8",))
+        assert serve(app, scenario) == [200, 200, 429]
+
+    def test_foreign_host_refused_with_auth_off(self):
+        """With auth off a non-loopback Host is 403 (a web page cannot drive a local gateway)."""
+        async def scenario(client):
+            r = await client.post("/v1/completions", json=BODY, headers={"Host": "evil.example"})
+            return r.status
+        assert serve(make_test_app(), scenario) == 403

@@ -52,6 +52,10 @@ class TestZmqBackend:
                 _, msg = await recv(router)
                 if isinstance(msg, wire.Submit):
                     break
+            for _ in range(100):  # the Stats frame and the Submit cross: wait for it to land
+                if backend.ready:
+                    break
+                await asyncio.sleep(0.01)
             assert msg.prompt == [1, 2] and backend.ready
             await router.send_multipart([ident, wire.encode(wire.TokenDelta("r1", [5, 6]))])
             await router.send_multipart([ident, wire.encode(wire.TokenDelta("r1", [7], finish=wire.FinishReason.LENGTH))])
