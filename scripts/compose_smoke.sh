@@ -65,6 +65,9 @@ draft_series() {  # number of draft replicas with treespec:service_up 1 in /metr
 two_drafts() { [ "$(draft_series)" -ge 2 ]; }
 
 step "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(docker version --format 'engine {{.Server.Version}}'); $(docker compose version)"
+shares=/sys/fs/cgroup/cpu/docker/cpu.shares  # cgroup v1: all containers together weigh this much
+[ -r "$shares" ] && echo "docker containers' cgroup cpu.shares: $(cat "$shares") (a host process weighs 1024)"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 step "base image"
 bash scripts/docker_base.sh python:3.11-slim-bookworm
@@ -142,7 +145,9 @@ print("identical text:", a["text"] == b["text"], f"({len(a['text'])} chars)")
 sys.exit(a["text"] != b["text"])
 PYEOF
 took "kill survived"
-echo "draft container after the kill: $(docker inspect -f '{{.State.Status}} restarts={{.RestartCount}}' "$draft_ctr")"
+echo "draft container after the kill: $(docker inspect -f '{{.State.Status}} exit={{.State.ExitCode}} restarts={{.RestartCount}}' "$draft_ctr")"
+echo "(Docker counts \`docker kill\` as a manual stop, so restart: unless-stopped leaves it down; the"
+echo " verifier alone finished the stream. \`up --scale\` below starts it again next to a new replica.)"
 
 step "docker compose up -d --scale draft=2"
 docker compose up -d --no-build --no-recreate --scale draft=2 2>&1 | sed 's/^/  /'
