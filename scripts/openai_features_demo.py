@@ -77,9 +77,35 @@ def follow_up(client, model) -> None:
     print("follow-up after role tool:", r.choices[0].finish_reason, repr(r.choices[0].message.content), flush=True)
 
 
+def side_by_side(client, model, log_path: str, max_tokens: int) -> None:
+    """The 10 prompts constrained and unconstrained, all sent at once (interleaved), so both
+    groups share the machine's load; MAL per request from the scheduler's "finished" lines."""
+    jobs = [(t, c) for t in TASKS for c in (True, False)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        rs = list(pool.map(lambda j: one(client, model, j[0], j[1], max_tokens), jobs))
+    time.sleep(1.0)
+    steps = {}
+    for line in open(log_path):
+        ev = json.loads(line)
+        if ev.get("event") == "finished" and "verify_steps" in ev:
+            steps[ev["request_id"]] = (ev["output_tokens"], ev["verify_steps"])
+    for constrained in (True, False):
+        group = [r for r, (_, c) in zip(rs, jobs) if c == constrained]
+        toks = sum(steps[r["id"]][0] for r in group)
+        verifies = sum(steps[r["id"]][1] for r in group)
+        rate = sum(r["tokens"] / r["s"] for r in group) / len(group)
+        label = "json_schema  " if constrained else "unconstrained"
+        valid = f", schema-valid {sum(bool(r['valid']) for r in group)}/{len(group)}" if constrained else ""
+        print(f"{label}: {toks} tokens / {verifies} verification steps = MAL {toks / verifies:.2f}; "
+              f"mean per-request {rate:.3f} tok/s{valid}", flush=True)
+        for r in group:
+            print("    ", r["finish"], r["tokens"], f"{r['s']:.0f}s", r["text"][:140].replace("\n", " "))
+
+
 def one(client, model, prompt: str, constrained: bool, max_tokens: int) -> dict:
     kw = {"response_format": {"type": "json_schema", "json_schema": {"name": "fn", "strict": True,
                                                                       "schema": SCHEMA}}} if constrained else {}
+    t0 = time.perf_counter()
     r = client.chat.completions.create(model=model, max_tokens=max_tokens, temperature=0, messages=[
         {"role": "system", "content": "Answer only with a JSON object with keys name, arguments, pure."},
         {"role": "user", "content": f"Describe a Python function that {prompt}."}], **kw)
@@ -87,7 +113,8 @@ def one(client, model, prompt: str, constrained: bool, max_tokens: int) -> dict:
     if constrained:
         jsonschema.validate(json.loads(text), SCHEMA)  # raises when invalid
         valid = True
-    return {"tokens": r.usage.completion_tokens, "valid": valid, "text": text, "finish": r.choices[0].finish_reason}
+    return {"tokens": r.usage.completion_tokens, "valid": valid, "text": text, "finish": r.choices[0].finish_reason,
+            "id": r.id, "s": time.perf_counter() - t0}
 
 
 def batch(client, model, base, constrained: bool, max_tokens: int) -> None:
@@ -112,8 +139,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base-url", default="http://127.0.0.1:18400/v1")
     ap.add_argument("--model", default="treespec")
-    ap.add_argument("--part", default="tools,schema", help="comma list of: auto, tools, schema, plain")
+    ap.add_argument("--part", default="tools,schema", help="comma list of: auto, tools, schema, plain, sidebyside")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--scheduler-log", default="logs/scheduler-0.log")
     args = ap.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key="none", max_retries=0, timeout=3000)
     parts = args.part.split(",")
@@ -124,6 +152,8 @@ def main() -> None:
             list(pool.map(lambda f: f(client, args.model), [auto_streamed, required, follow_up]))
     if "schema" in parts:
         batch(client, args.model, args.base_url, True, args.max_tokens)
+    if "sidebyside" in parts:
+        side_by_side(client, args.model, args.scheduler_log, args.max_tokens)
     if "plain" in parts:
         batch(client, args.model, args.base_url, False, args.max_tokens)
 
