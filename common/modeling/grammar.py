@@ -43,26 +43,44 @@ class _Entry:
     consumed: list[int]
 
 
+class _LazyTokenizer:
+    """Builds the llguidance tokenizer (seconds, ~100 MB) on the first constrained request."""
+
+    def __init__(self, build):
+        self._build, self._tok = build, None
+
+    def get(self) -> llguidance.LLTokenizer:
+        if self._tok is None:
+            self._tok = self._build()
+        return self._tok
+
+
 class GrammarMasks:
     """Per-sequence llguidance matchers over one model vocabulary of ``vocab_size`` ids."""
 
-    def __init__(self, tokenizer: llguidance.LLTokenizer, vocab_size: int, end_ids: list[int]):
-        self.tokenizer, self.vocab_size, self.end_ids = tokenizer, vocab_size, sorted(end_ids)
+    def __init__(self, tokenizer, vocab_size: int, end_ids: list[int]):
+        """``tokenizer``: an ``llguidance.LLTokenizer`` (or a lazy holder of one)."""
+        self._tok = tokenizer if isinstance(tokenizer, _LazyTokenizer) else _LazyTokenizer(lambda: tokenizer)
+        self.vocab_size, self.end_ids = vocab_size, sorted(end_ids)
         self._words = (vocab_size + BITS - 1) // BITS
         self._entries: dict[str, _Entry] = {}
 
     @classmethod
     def from_hf(cls, hf_tokenizer, vocab_size: int, end_ids) -> "GrammarMasks | None":
-        """From a transformers fast tokenizer (~1 s); None without one (tiny test models)."""
+        """From a transformers fast tokenizer, converted on first use; None without one."""
         if hf_tokenizer is None:
             return None
         ends = sorted(end_ids) or None
-        lltok = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=ends)
-        return cls(lltok, vocab_size, sorted(end_ids))
+        lazy = _LazyTokenizer(lambda: llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=ends))
+        return cls(lazy, vocab_size, sorted(end_ids))
+
+    @property
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        return self._tok.get()
 
     def sibling(self) -> "GrammarMasks":
         """Another table over the same (expensive) tokenizer, e.g. for the in-process draft."""
-        return GrammarMasks(self.tokenizer, self.vocab_size, self.end_ids)
+        return GrammarMasks(self._tok, self.vocab_size, self.end_ids)
 
     def free(self, seq_ids) -> None:
         for sid in seq_ids:

@@ -33,6 +33,7 @@ class Sequence:
     draft_replica: str | None = None
     verifier_replica: str | None = None
     finish: FinishReason | None = None
+    verify_steps: int = 0  # verification steps that committed tokens (MAL = output / verify_steps)
 
     @property
     def tokens(self) -> list[int]:
@@ -139,6 +140,7 @@ class SchedulerCore:
         """Apply a verification result: accepted tokens + bonus, truncated at the first
         stop (EOS / stop id after min_tokens, max_tokens, context limit)."""
         seq.verifier_seen = len(seq.tokens) + len(out.accepted)
+        seq.verify_steps += 1
         new = [tree_tokens[a] for a in out.accepted] + [out.bonus]
         self._count(len(tree_tokens), len(out.accepted))
         kept = []

@@ -266,7 +266,8 @@ class RoundDriver:
             if gw is not None:
                 out.append((gw, delta))
             if delta.finish is not None:
-                self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output))
+                self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output),
+                              verify_steps=seq.verify_steps)
                 self.owners.pop(sid, None)
                 out += self._release(seq)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted, from_guess=rnd.guessed)
