@@ -52,7 +52,8 @@ class WorkerLoop:
 
     def _heartbeat(self) -> list[list[bytes]]:
         used, total = self._memory()
-        hb = wire.Heartbeat(self.role, self.replica, True, self._slots_used(), self.hello.slots_total, used, total)
+        hb = wire.Heartbeat(role=self.role, replica=self.replica, ready=True, slots_used=self._slots_used(),
+                            slots_total=self.hello.slots_total, memory_used=used, memory_total=total)
         return [[wire.encode(hb)]]
 
     def stop(self) -> None:
@@ -112,8 +113,8 @@ class WorkerLoop:
             self.log.error("step failed", round=msg.round, error=repr(exc)[:300], seqs=len(ids))
             self.runner.free(ids)
             if isinstance(msg, wire.DraftStep):
-                return wire.DraftResult(msg.round, {}, ids, guess=msg.guess)
-            return wire.VerifyResult(msg.round, {}, ids)
+                return wire.DraftResult(round=msg.round, trees={}, lost=ids, guess=msg.guess)
+            return wire.VerifyResult(round=msg.round, outs={}, lost=ids)
         self._observe(start, False)
         return result
 

@@ -160,13 +160,17 @@ class SchedulerLoop:
     def _stats(self) -> wire.Stats:
         core = self.core
         workers = self.workers.all()
-        beats = [w.heartbeat or wire.Heartbeat(w.role, w.replica, True, len(w.seqs), w.slots_total) for w in workers]
+        beats = [w.heartbeat or wire.Heartbeat(role=w.role, replica=w.replica, ready=True, slots_used=len(w.seqs),
+                                               slots_total=w.slots_total)
+                 for w in workers]
         beats = unique_replicas(beats, [w.key for w in workers])
         size = self.driver.shape[0]
         ahead = self.driver.ahead
-        return wire.Stats(len(core.running), len(core.waiting), core.num_drafts, core.num_draft_tokens,
-                          core.num_accepted, list(core.accepted_per_pos), size, beats, self.driver.ready(),
-                          ahead.sent, ahead.hits, self.driver.overlap())
+        return wire.Stats(running=len(core.running), waiting=len(core.waiting), num_drafts=core.num_drafts,
+                          num_draft_tokens=core.num_draft_tokens, num_accepted_tokens=core.num_accepted,
+                          accepted_per_pos=list(core.accepted_per_pos), tree_size=size, workers=beats,
+                          ready=self.driver.ready(), guesses=ahead.sent, guess_hits=ahead.hits,
+                          overlap=self.driver.overlap())
 
     def _broadcast_stats(self, now: float) -> None:
         forget = self.cfg.heartbeat_timeout_s * GATEWAY_FORGET_FACTOR

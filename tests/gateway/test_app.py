@@ -66,19 +66,21 @@ class TestHealth:
 class TestRefusals:
     def test_queue_full_is_429(self):
         """Rejected(429) from the scheduler becomes 429 with Retry-After, never 500."""
-        backend = FakeBackend(script=lambda s: [wire.Rejected(s.request_id, 429, "queue full", 2.5)])
+        backend = FakeBackend(script=lambda s: [wire.Rejected(request_id=s.request_id, status=429,
+                                                              reason="queue full", retry_after_s=2.5)])
         status, headers, body = post(backend)
         assert status == 429 and headers["Retry-After"] == "3" and body["error"]["message"] == "queue full"
 
     def test_not_ready_rejection_is_503_when_streaming(self):
         """A refusal before the first token is a plain HTTP 503 even for stream=true."""
-        backend = FakeBackend(script=lambda s: [wire.Rejected(s.request_id, 503, "loading")])
+        backend = FakeBackend(script=lambda s: [wire.Rejected(request_id=s.request_id, status=503, reason="loading")])
         status, headers, _ = post(backend, {**BODY, "stream": True})
         assert status == 503 and "Retry-After" in headers
 
     def test_backend_error_is_503_not_fake_output(self):
         """Non-streaming: a backend failure is a 503 error body, not partial text."""
-        script = lambda s: [wire.TokenDelta(s.request_id, [97], finish=wire.FinishReason.ERROR, error="boom")]
+        script = lambda s: [wire.TokenDelta(request_id=s.request_id, tokens=[97], finish=wire.FinishReason.ERROR,
+                                            error="boom")]
         status, _, body = post(FakeBackend(script=script))
         assert status == 503 and "boom" in body["error"]["message"]
 
