@@ -7,7 +7,8 @@
 # with compose.cpu.yaml, then: a streamed chat completion and a completion (greedy), /health
 # and /metrics; the same streamed chat again while a draft container is SIGKILLed
 # mid-stream (the text must be identical); `--scale draft=2` (two draft replica series in
-# /metrics); `down -v`. Prints the time of every step.
+# /metrics); a draft crashing inside its container (restart policy restarts it, it rejoins);
+# `down -v`. Prints the time of every step.
 #
 # Environment: SMOKE_PORT (gateway host port, 18200), SMOKE_PROJECT (treespec-smoke),
 # SMOKE_MAX_TOKENS (64), SMOKE_TREE_SIZE (16), SMOKE_SEED_CACHE (a directory of already fetched *.gguf files to
@@ -157,6 +158,19 @@ docker compose ps --format '{{.Service}} {{.Name}}' draft | while read -r _ name
   echo "  $name hostname=$(docker inspect -f '{{.Config.Hostname}}' "$name")"
 done
 took "scaled to two drafts"
+
+step "crash a draft from inside (kill -KILL -1 as its user): the restart policy brings it back"
+crashed=$(docker compose ps --format '{{.Name}}' draft | sort | tail -1)
+restarts=$(docker inspect -f '{{.RestartCount}}' "$crashed")
+docker exec "$crashed" sh -c 'kill -KILL -1' >/dev/null 2>&1 || true  # takes the exec'd shell too
+restarted() { [ "$(docker inspect -f '{{.RestartCount}}' "$crashed")" -gt "$restarts" ]; }
+one_draft() { [ "$(draft_series)" -le 1 ]; }
+wait_for 120 "$crashed to be restarted" restarted
+echo "$crashed: $(docker inspect -f '{{.State.Status}} restarts={{.RestartCount}}' "$crashed") (was $restarts)"
+wait_for 120 "the scheduler to drop the crashed replica" one_draft
+wait_for 600 "the restarted replica back in /metrics" two_drafts
+"$PY" scripts/smoke_client.py get "$URL/metrics" --grep 'service_up{' | grep 'service="draft"'
+took "crashed draft restarted and rejoined"
 
 step "chat with two drafts"
 out=$("$PY" scripts/smoke_client.py chat "$URL" "$KEY" "$PROMPT" "$MAX_TOKENS") || fail "chat: $out"
