@@ -233,10 +233,14 @@ class TestServices:
         assert int(device["count"]) == count
 
     def test_healthchecks(self, compose):
-        """Gateway checks /health over HTTP; the scheduler checks its socket."""
+        """Gateway checks /health over HTTP; scheduler, draft and verifier check /readyz on
+        their probe port, which their environment turns on."""
         gateway = compose["services"]["gateway"]["healthcheck"]["test"]
         assert "/health" in " ".join(gateway) and ":8000" in " ".join(gateway)
-        assert "5710" in " ".join(compose["services"]["scheduler"]["healthcheck"]["test"])
+        for name in ("scheduler", "draft", "verifier"):
+            service = compose["services"][name]
+            assert ":9101/readyz" in " ".join(service["healthcheck"]["test"])
+            assert service["environment"]["TREESPEC_METRICS_PORT"] == "9101" and "9101" in service["expose"]
 
     def test_depends_on_conditions(self, compose):
         """Workers wait for the models job to succeed and for a healthy scheduler."""
