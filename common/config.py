@@ -40,8 +40,9 @@ class Config:
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none; the main model is never quantized
     overlap: str = AUTO  # draft/verify overlap: auto (on when draft and verifier have separate accelerators) | on | off
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # where the gateway's HTTP port and every service's probe port listen
     port: int = 8000
+    metrics_port: int = 0  # scheduler/draft/verifier: /metrics, /livez, /readyz on this port; 0 = off
     scheduler_address: str = "tcp://127.0.0.1:5710"  # the scheduler binds, everyone connects
     scheduler_bind: str = ""  # bind address if different (e.g. tcp://0.0.0.0:5710 in compose)
     max_running: int = 8  # sequences per round (continuous batch)
@@ -86,6 +87,7 @@ def _validate(cfg: Config) -> None:
         "max_accept_length": 1 <= cfg.max_accept_length <= 64,
         "tensor_parallel_size": 1 <= cfg.tensor_parallel_size <= 64,
         "port": 0 <= cfg.port <= 65535,
+        "metrics_port": 0 <= cfg.metrics_port <= 65535,
         "max_running": cfg.max_running >= 1,
         "max_queue": cfg.max_queue >= 0,
         "max_model_len": cfg.max_model_len >= 16,

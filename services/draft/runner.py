@@ -45,7 +45,8 @@ class DraftRunner:
         seqs, lost = self.table.resolve(msg.seqs)
         trees = self._draft(seqs) if seqs else {}
         ms = (time.perf_counter() - t0) * 1e3
-        return wire.DraftResult(msg.round, {k: wire.tree_to_wire(t) for k, t in trees.items()}, lost, ms,
+        return wire.DraftResult(round=msg.round, trees={k: wire.tree_to_wire(t) for k, t in trees.items()},
+                                lost=lost, draft_ms=ms,
                                 guess=msg.guess)
 
     def free(self, seq_ids: list[str]) -> None:

@@ -9,7 +9,6 @@ exceptions (500, logged).
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import AsyncIterator
 
@@ -26,10 +25,12 @@ from services.gateway.openai_api import ApiError
 from services.gateway.peers import ClientResolver, HostCheck
 from services.gateway.ratelimit import RateLimiter
 from services.gateway.server import track_requests
+from services.probes import default_replica
 
 log = structlog.get_logger(__name__)
 
 OPEN_PATHS = ("/health", "/metrics")  # no API key needed when config.public_health
+PROBE_PATHS = ("/livez", "/readyz")  # kubelet / compose probes: no key, no IP allowlist, say only ok
 JSON_TYPE = "application/json"
 TOKENIZE_THREADS = 2
 HTTP_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
@@ -40,6 +41,8 @@ HTTP_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "
 async def guard(request: web.Request, handler) -> web.StreamResponse:
     """Client address, allowlist (403), Host (403), API key (401), JSON body (415), rate
     limit (429, charged before the body is read); every error -> OpenAI error JSON."""
+    if request.path in PROBE_PATHS:
+        return await handler(request)
     try:
         _admit(request)
         return await handler(request)
@@ -91,6 +94,20 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(body, status=503, headers={"Retry-After": str(handlers.RETRY_AFTER_S)})
 
 
+async def livez(request: web.Request) -> web.Response:
+    """Liveness: 200 whenever the event loop answers (workers or scheduler down or not)."""
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 when requests can be served (scheduler connected and ready: a
+    warmed-up verifier, and a draft worker when speculating), else 503. ``/health`` is the
+    same answer with per-service detail."""
+    if request.app[state.BACKEND].ready:
+        return web.Response(text="ok\n")
+    return web.Response(text="not ready\n", status=503, headers={"Retry-After": str(handlers.RETRY_AFTER_S)})
+
+
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=request.app[state.METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -111,7 +128,7 @@ def make_app(config: Config, backend: Backend, tokenizer: Tokenizer | None = Non
     app[state.CONFIG] = config
     app[state.BACKEND] = backend
     app[state.TOKENIZER] = tokenizer or load_tokenizer(config.main_model_path)
-    app[state.METRICS] = Metrics(replica or str(os.getpid()), lambda: backend.stats, lambda: backend.connected)
+    app[state.METRICS] = Metrics(default_replica(replica), lambda: backend.stats, lambda: backend.connected)
     app[state.KEYS] = KeyStore(config.api_keys_file)
     app[state.ALLOWLIST] = IpAllowlist(config.ip_allowlist)
     app[state.RESOLVER] = ClientResolver.from_config(config.trusted_proxies)
@@ -123,6 +140,8 @@ def make_app(config: Config, backend: Backend, tokenizer: Tokenizer | None = Non
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_get("/v1/models/{model:.+}", handlers.model)
     app.router.add_get("/health", health)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.cleanup_ctx.append(_backend_ctx(backend))
     return app

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 
 from common.cli_args import add_config_args, config_or_report
 from common.logging import setup_logging
 from services.gateway.app import make_app
 from services.gateway.backend import ZmqBackend
 from services.gateway.server import serve
+from services.probes import default_replica
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
     parser.add_argument("--host", help="address to listen on (config host)")
-    parser.add_argument("--replica", default=None, help="this gateway's replica name (default: pid)")
+    parser.add_argument("--replica", default=None,
+                        help="replica label in logs and metrics (default: the hostname, i.e. the container or pod)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_or_report(args, "gateway")
     if cfg is None:
         return 2
-    replica = args.replica or os.environ.get("HOSTNAME") or str(os.getpid())
+    replica = default_replica(args.replica)
     log = setup_logging("gateway", replica, cfg.log_level)
     backend = ZmqBackend(cfg.scheduler_address, replica, cfg.heartbeat_interval_s,
                          cfg.heartbeat_timeout_s, cfg.curve_dir)

@@ -46,7 +46,7 @@ class VerifierRunner:
                 seqs.append(s)
                 trees.append(tree)
         outs = self._verify(seqs, trees) if seqs else {}
-        return wire.VerifyResult(msg.round, outs, lost, (time.perf_counter() - t0) * 1e3)
+        return wire.VerifyResult(round=msg.round, outs=outs, lost=lost, verify_ms=(time.perf_counter() - t0) * 1e3)
 
     def _tree(self, s: wire.VerifySeq) -> TokenTree | None:
         """The sequence's draft tree, or None when it is malformed or out of vocabulary."""
@@ -88,7 +88,7 @@ class VerifierRunner:
             gen = torch.Generator().manual_seed(s.seed)
             accepted, bonus = sample_accept(tree.tokens, kids, probs, gen)
         lps = token_logprobs(lg, tree, accepted, bonus, prm.logprobs) if prm.logprobs is not None else None
-        return wire.VerifyOut(accepted, bonus, lps)
+        return wire.VerifyOut(accepted=accepted, bonus=bonus, logprobs=lps)
 
 
     def _constrain(self, s: wire.VerifySeq, tree: TokenTree, scores: torch.Tensor,
@@ -140,7 +140,7 @@ def token_logprobs(lg: torch.Tensor, tree: TokenTree, accepted: list[int], bonus
         if top:
             v, i = torch.topk(lp[r], top)
             alts = [(int(a), float(b)) for a, b in zip(i.tolist(), v.tolist())]
-        out.append(wire.TokenLogprob(float(lp[r, t]), alts))
+        out.append(wire.TokenLogprob(logprob=float(lp[r, t]), top=alts))
     return out
 
 

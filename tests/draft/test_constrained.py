@@ -17,7 +17,7 @@ from tests.common.modeling.test_grammar import VOCAB, EOS, byte_tokenizer
 
 
 def seq(grammar: str) -> wire.DraftSeq:
-    return wire.DraftSeq("s", 0, [1], 8, 3, grammar=grammar, output=[])
+    return wire.DraftSeq(seq_id="s", prefix_len=0, new_tokens=[1], tree_size=8, max_depth=3, grammar=grammar, output=[])
 
 
 class TestConstrainedChildren:

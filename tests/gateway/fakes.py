@@ -40,9 +40,10 @@ def deltas(rid: str, chunks: list[str], finish=wire.FinishReason.LENGTH, logprob
     out = []
     for i, chunk in enumerate(chunks):
         toks = list(chunk.encode())
-        lps = [wire.TokenLogprob(-0.5, [(t, -0.5)]) for t in toks] if logprobs else None
+        lps = [wire.TokenLogprob(logprob=-0.5, top=[(t, -0.5)]) for t in toks] if logprobs else None
         last = i == len(chunks) - 1
-        out.append(wire.TokenDelta(rid, toks, lps, finish if last else None, prompt_tokens=3 if i == 0 else 0))
+        out.append(wire.TokenDelta(request_id=rid, tokens=toks, logprobs=lps, finish=finish if last else None,
+                                   prompt_tokens=3 if i == 0 else 0))
     return out
 
 

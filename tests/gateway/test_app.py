@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from common import wire
+from services.gateway.keys import add_key
 from services.gateway.metric_names import METRIC_NAMES, series_names
 from tests.gateway.conftest import make_test_app, serve
 from tests.gateway.fakes import FakeBackend, deltas
@@ -25,6 +26,21 @@ def post(backend, body=BODY, path="/v1/completions"):
 
 
 class TestHealth:
+    def test_livez_and_readyz(self, tmp_path):
+        """/livez is 200 while workers are down; /readyz is 503 until ready, then 200; both
+        need no API key and ignore the IP allowlist."""
+        backend = FakeBackend(ready=False, stats=STATS)
+
+        async def scenario(client):
+            live, ready1 = await client.get("/livez"), await client.get("/readyz")
+            backend.ready = True
+            ready2 = await client.get("/readyz")
+            return live.status, ready1.status, ready2.status
+        add_key(tmp_path / "keys.json", "alice")
+        app = make_test_app(backend, api_keys_file=str(tmp_path / "keys.json"), public_health=False,
+                            ip_allowlist=("10.9.9.0/24",))
+        assert serve(app, scenario) == (200, 503, 200)
+
     def test_loading_then_ready(self):
         """/health is 503 + Retry-After until the scheduler says ready, then 200."""
         backend = FakeBackend(ready=False, stats=STATS)
@@ -50,19 +66,21 @@ class TestHealth:
 class TestRefusals:
     def test_queue_full_is_429(self):
         """Rejected(429) from the scheduler becomes 429 with Retry-After, never 500."""
-        backend = FakeBackend(script=lambda s: [wire.Rejected(s.request_id, 429, "queue full", 2.5)])
+        backend = FakeBackend(script=lambda s: [wire.Rejected(request_id=s.request_id, status=429,
+                                                              reason="queue full", retry_after_s=2.5)])
         status, headers, body = post(backend)
         assert status == 429 and headers["Retry-After"] == "3" and body["error"]["message"] == "queue full"
 
     def test_not_ready_rejection_is_503_when_streaming(self):
         """A refusal before the first token is a plain HTTP 503 even for stream=true."""
-        backend = FakeBackend(script=lambda s: [wire.Rejected(s.request_id, 503, "loading")])
+        backend = FakeBackend(script=lambda s: [wire.Rejected(request_id=s.request_id, status=503, reason="loading")])
         status, headers, _ = post(backend, {**BODY, "stream": True})
         assert status == 503 and "Retry-After" in headers
 
     def test_backend_error_is_503_not_fake_output(self):
         """Non-streaming: a backend failure is a 503 error body, not partial text."""
-        script = lambda s: [wire.TokenDelta(s.request_id, [97], finish=wire.FinishReason.ERROR, error="boom")]
+        script = lambda s: [wire.TokenDelta(request_id=s.request_id, tokens=[97], finish=wire.FinishReason.ERROR,
+                                            error="boom")]
         status, _, body = post(FakeBackend(script=script))
         assert status == 503 and "boom" in body["error"]["message"]
 

@@ -17,6 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from common import wire
+from common.config import Config
 from common.modeling.grammar import GrammarMasks, forced_token, unpack
 from common.modeling.sampling import probs_from_logits
 from common.modeling.runner import forward_segments
@@ -71,12 +72,13 @@ def engine(main, draft, lltok, tree_size: int, depth: int, slots: int = 4):
     core = SchedulerCore(slots, 512, 200, {EOS})
     masks = GrammarMasks(lltok, VOCAB, [EOS])
     drafter = DraftRunner(draft, slots, MAX_LEN, grammar=masks.sibling()) if draft is not None else None
-    return LocalEngine(core, VerifierRunner(main, slots, MAX_LEN, masks), drafter, tree_size, depth)
+    cfg = Config(tree_size=tree_size if drafter is not None else 0, max_accept_length=max(depth, 1), max_model_len=200)
+    return LocalEngine(cfg, core, VerifierRunner(main, slots, MAX_LEN, masks), drafter)
 
 
 def run(eng, requests: dict) -> dict:
     for rid, (prompt, params) in requests.items():
-        eng.core.submit(wire.Submit(rid, prompt, params))
+        eng.submit(rid, prompt, params)
     out, done = {rid: [] for rid in requests}, set()
     while len(done) < len(requests):
         for d in eng.step():
