@@ -98,6 +98,11 @@ class Tokenizer:
         ids |= {i for i in (self._tok.token_to_id(t) for t in END_MARKERS) if i is not None}
         return sorted(ids)
 
+    def special_token_id(self, text: str) -> int | None:
+        """The id of ``text`` when it is one added (special) token, e.g. ``<tool_call>``; else None."""
+        added = {t.content: i for i, t in self._tok.get_added_tokens_decoder().items()}
+        return added.get(text)
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from common import wire
-from services.gateway.grammars import json_grammar, tool_call_grammar
+from services.gateway.grammars import TOOL_TAGS, json_grammar, tool_call_grammar
 from services.gateway.messages import template_messages
 from services.gateway.openai_api import ApiError
 from services.gateway.toolcalls import Call, ToolCallStream, parse_calls
@@ -68,8 +68,10 @@ class ChatPlan:
         return ToolCallStream(self.tool_names) if self.tool_names else _PlainText()
 
 
-def plan_chat(req) -> ChatPlan:
-    """The plan of a validated ChatRequest; ApiError(400) for a schema no grammar can follow."""
+def plan_chat(req, tok) -> ChatPlan:
+    """The plan of a validated ChatRequest; ApiError(400) for a schema no grammar can follow.
+
+    ``tok``: the gateway tokenizer (for the ids of the ``<tool_call>`` tags)."""
     messages = template_messages(req.messages)
     choice = req.tool_choice or ("auto" if req.tools else "none")
     if choice == "none" or not req.tools:
@@ -77,8 +79,13 @@ def plan_chat(req) -> ChatPlan:
     offered = [t for t in req.tools if isinstance(choice, str) or t.function.name == choice.function.name]
     tools = [t.model_dump(by_alias=True, exclude_none=True) for t in req.tools]
     grammar = None if choice == "auto" else tool_call_grammar(
-        [(t.function.name, t.function.parameters) for t in offered])
+        [(t.function.name, t.function.parameters) for t in offered], _tag_ids(tok))
     return ChatPlan(messages, tools, {t.function.name for t in offered}, grammar)
+
+
+def _tag_ids(tok) -> tuple[int | None, int | None]:
+    lookup = getattr(tok, "special_token_id", None)
+    return tuple(lookup(t) if lookup else None for t in TOOL_TAGS)
 
 
 def _format_grammar(fmt) -> str | None:

@@ -14,7 +14,7 @@ import llguidance
 
 from services.gateway.openai_api import ApiError
 
-TOOL_OPEN, TOOL_CLOSE = "<tool_call>\n", "\n</tool_call>"  # Qwen2.5's template format
+TOOL_TAGS = ("<tool_call>", "</tool_call>")  # Qwen2.5's template format: tag, newline, JSON, newline, tag
 # JSON layout: json.dumps' separators, no free whitespace (a model cannot loop on blanks,
 # and the separators become forced tokens). A schema's own "x-guidance" wins.
 LAYOUT = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
@@ -42,14 +42,18 @@ def call_schema(name: str, parameters: dict) -> dict:
             "required": ["name", "arguments"], "additionalProperties": False}
 
 
-def tool_call_grammar(functions: list[tuple[str, dict]], parallel: bool = False) -> str:
+def tool_call_grammar(functions: list[tuple[str, dict]], tag_ids: tuple[int | None, int | None] = (None, None),
+                      parallel: bool = False) -> str:
     """Output = one ``<tool_call>`` block calling one of ``functions`` with valid arguments.
 
-    ``parallel``: one or more blocks, separated by a newline.
+    ``tag_ids``: the token ids of ``<tool_call>`` / ``</tool_call>`` when the tokenizer has
+    them as special tokens (Qwen2.5 does; the model writes the token, which text literals
+    never match), else None to match the text. ``parallel``: one or more blocks.
     """
     schemas = [call_schema(name, params) for name, params in functions]
     body = with_layout(schemas[0] if len(schemas) == 1 else {"anyOf": schemas})
     start = "start: call (\"\\n\" call)*" if parallel else "start: call"
-    lark = (f"{start}\ncall: {json.dumps(TOOL_OPEN)} body {json.dumps(TOOL_CLOSE)}\n"
+    open_, close = (f"<[{i}]>" if i is not None else json.dumps(t) for i, t in zip(tag_ids, TOOL_TAGS))
+    lark = (f"{start}\ncall: {open_} \"\\n\" body \"\\n\" {close}\n"
             f"body: %json {json.dumps(body)}\n")
     return _checked(llguidance.grammar_from("lark", lark), "tools")

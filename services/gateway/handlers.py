@@ -74,7 +74,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = parse(ChatRequest, await read_body(request))
     cfg, tok = request.app[state.CONFIG], request.app[state.TOKENIZER]
     model = check_model(req.model, served_names(cfg))
-    plan = plan_chat(req)
+    plan = plan_chat(req, tok)
     check_prompt_chars(plan.prompt_chars, cfg.max_model_len, "messages")
     ids = await offload(request, plan.tokenize, tok)
     return await _serve(request, req, ids, Formatter(_request_id(True), model, True, tok), plan)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.gateway.conftest import make_test_app, serve
@@ -64,3 +66,18 @@ class TestResponseFormat:
         fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "nonsense"}}}
         status, out, s = submit({**CHAT, "response_format": fmt})
         assert status == 400 and out["error"]["param"] == "response_format" and s is None
+
+
+class TestToolTags:
+    def test_special_tag_tokens_are_matched_by_id(self):
+        """When <tool_call> is one special token, the forced-call grammar names it by id (text never matches it)."""
+        from services.gateway.chat import plan_chat
+        from services.gateway.openai_api import ChatRequest, parse
+
+        class Tok:
+            @staticmethod
+            def special_token_id(text):
+                return {"<tool_call>": 7, "</tool_call>": 8}.get(text)
+        req = parse(ChatRequest, json.dumps({**CHAT, "tools": [TOOL], "tool_choice": "required"}).encode())
+        assert "<[7]>" in plan_chat(req, Tok()).grammar and "<[8]>" in plan_chat(req, Tok()).grammar
+        assert '"<tool_call>"' in plan_chat(req, object()).grammar  # no special token: the text
