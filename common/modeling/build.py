@@ -117,10 +117,16 @@ def make_engine(cfg: Config, main: DecoderModel, draft: DecoderModel | None, tok
         policy = TreePolicy(cfg)
         policy.set_costs(*(costs or measure_costs(main, draft)))
     tree = tree or choose_tree(cfg, slots)
+    from common.modeling.budget import plan_prefix_blocks
     max_len = cfg.max_model_len + TREE_HEADROOM
-    runner = DraftRunner(draft, slots, max_len) if draft is not None and tree[0] > 0 else None
+    bs = cfg.prefix_cache_block_size
+    runner = None
+    if draft is not None and tree[0] > 0:
+        runner = DraftRunner(draft, slots, max_len, prefix_blocks=plan_prefix_blocks(cfg, draft, slots, max_len),
+                             block_size=bs)
     core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))
-    return LocalEngine(core, VerifierRunner(main, slots, max_len), runner, tree[0], tree[1], policy)
+    verifier = VerifierRunner(main, slots, max_len, plan_prefix_blocks(cfg, main, slots, max_len), bs)
+    return LocalEngine(core, verifier, runner, tree[0], tree[1], policy)
 
 
 def build_local_engine(cfg: Config, slots: int = 4, tree: tuple[int, int] | None = None):

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from common import wire
 from common.config import AUTO, Config
-from common.modeling.budget import plan_slots
+from common.modeling.budget import plan_prefix_blocks, plan_slots
 from common.modeling.devices import device_ids
 from common.modeling.build import TREE_HEADROOM, check_draft_against_main, draft_model
 from common.modeling.runner import measure_forward_ms
 from services.draft.runner import DraftRunner
 from services.scheduler.tree_policy import choose_tree
-from services.worker import WARMUP_ID, WARMUP_TOKENS
+from services.worker import WARMUP_ID, WARMUP_TOKENS, prefix_stats
 
 
 @dataclass
@@ -24,6 +24,9 @@ class DraftWorker:
     def slots_used(self) -> int:
         return self.runner.cache.slots_used
 
+    def prefix_stats(self) -> tuple[int, int, int, int]:
+        return prefix_stats(self.runner.table.prefix)
+
 
 def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     """Load the draft model, size its KV pool, warm it up with one tiny step.
@@ -33,11 +36,13 @@ def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     model, tok = draft_model(cfg)
     check_draft_against_main(cfg, model, tok)
     slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
-    runner = DraftRunner(model, slots, max_len)
+    blocks = plan_prefix_blocks(cfg, model, slots, max_len)
+    runner = DraftRunner(model, slots, max_len, prefix_blocks=blocks, block_size=cfg.prefix_cache_block_size)
     size, depth = choose_tree(cfg, 1)
     runner.step(wire.DraftStep(0, [wire.DraftSeq(WARMUP_ID, 0, WARMUP_TOKENS, max(size, 1), max(depth, 1))]))
-    runner.free([WARMUP_ID])
+    runner.free([WARMUP_ID], keep=False)
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
-    log.info("draft model ready", model=cfg.draft_model_path, slots=slots, max_len=max_len, cost_ms=cost)
+    log.info("draft model ready", model=cfg.draft_model_path, slots=slots, max_len=max_len, cost_ms=cost,
+             prefix_cache_blocks=blocks)
     return DraftWorker(runner, wire.Hello(wire.Role.DRAFT, replica, os.getpid(), slots, max_len, cost_ms=cost,
                                               devices=device_ids(cfg.device)))

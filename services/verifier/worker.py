@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from common import wire
 from common.config import AUTO, Config
-from common.modeling.budget import plan_slots
+from common.modeling.budget import plan_prefix_blocks, plan_slots
 from common.modeling.devices import device_ids
 from common.modeling.build import TREE_HEADROOM, eos_ids, main_model
 from common.modeling.runner import measure_forward_ms
 from common.tree import TokenTree
 from services.verifier.runner import VerifierRunner
-from services.worker import WARMUP_ID, WARMUP_TOKENS
+from services.worker import WARMUP_ID, WARMUP_TOKENS, prefix_stats
 
 
 @dataclass
@@ -24,6 +24,10 @@ class VerifierWorker:
     def slots_used(self) -> int:
         inner = getattr(self.runner, "runner", self.runner)  # TensorParallelVerifier wraps rank 0's
         return inner.cache.slots_used
+
+    def prefix_stats(self) -> tuple[int, int, int, int]:
+        inner = getattr(self.runner, "runner", self.runner)
+        return prefix_stats(inner.table.prefix)
 
 
 def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
@@ -36,10 +40,12 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
         return _build_tensor_parallel(cfg, replica, log)
     model, tok = main_model(cfg)
     slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
-    runner = VerifierRunner(model, slots, max_len)
+    blocks = plan_prefix_blocks(cfg, model, slots, max_len)
+    runner = VerifierRunner(model, slots, max_len, blocks, cfg.prefix_cache_block_size)
     _warm_up(runner)
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
-    log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost)
+    log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost,
+             prefix_cache_blocks=blocks)
     hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)), cost,
                        device_ids(cfg.device))
     return VerifierWorker(runner, hello)
@@ -49,7 +55,7 @@ def _warm_up(runner) -> None:
     empty = wire.tree_to_wire(TokenTree.empty())
     seq = wire.VerifySeq(WARMUP_ID, 0, WARMUP_TOKENS, empty, wire.SamplingParams())
     runner.step(wire.VerifyStep(0, [seq]))
-    runner.free([WARMUP_ID])
+    runner.free([WARMUP_ID], keep=False)
 
 
 def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:

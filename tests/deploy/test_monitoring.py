@@ -49,7 +49,7 @@ def dashboard_exprs() -> list[str]:
 class TestMetricNames:
     def test_names_are_prefixed_and_unique(self):
         """Every exported name is treespec:-prefixed and listed once."""
-        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 22
+        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 26
         assert all(n.startswith("treespec:") for n in METRIC_NAMES)
         assert HISTOGRAMS <= set(METRIC_NAMES)
 
