@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: setup models up test test-fast clean
+.PHONY: setup models up test test-fast compose-smoke clean
 
 $(BIN)/treespec: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: models
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not real" tests
+
+# Whole Docker Compose stack on this machine, CPU only (needs Docker + Compose v2; slow).
+compose-smoke:
+	bash scripts/compose_smoke.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info

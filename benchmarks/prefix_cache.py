@@ -122,13 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from common.config import load_config
-    from common.modeling.build import load_pair, make_engine
-    from services.scheduler.tree_policy import choose_tree
+    from common.modeling.build import load_pair
+    from treespec.engine import make_engine
     from treespec.bench import write_json
     cfg = load_config(args.config, {"tree_size": args.tree_size, "prefix_cache": True})
     off_cfg = load_config(args.config, {"tree_size": args.tree_size, "prefix_cache": False})
     main_m, draft, tok = load_pair(cfg)
-    tree = choose_tree(cfg, 1)
+    tree = (args.tree_size, cfg.max_accept_length)
     on, off = (make_engine(c, main_m, draft, tok, 1, tree) for c in (cfg, off_cfg))
     rows = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
     two_turn = [r for r in rows if 81 <= r["question_id"] <= 160 and len(r["turns"]) == 2][: args.pairs]

@@ -40,8 +40,9 @@ class Config:
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none; the main model is never quantized
     overlap: str = AUTO  # draft/verify overlap: auto (on when draft and verifier have separate accelerators) | on | off
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # where the gateway's HTTP port and every service's probe port listen
     port: int = 8000
+    metrics_port: int = 0  # scheduler/draft/verifier: /metrics, /livez, /readyz on this port; 0 = off
     scheduler_address: str = "tcp://127.0.0.1:5710"  # the scheduler binds, everyone connects
     scheduler_bind: str = ""  # bind address if different (e.g. tcp://0.0.0.0:5710 in compose)
     max_running: int = 8  # sequences per round (continuous batch)
@@ -64,6 +65,13 @@ class Config:
     rate_limit_tpm: int = 0  # tokens/minute per key; 0 = unlimited
     curve_dir: str = ""  # directory with ZeroMQ CURVE keys; empty = no encryption
     served_model_name: str = "treespec"
+    served_model_aliases: tuple[str, ...] = ()  # further `model` names the API answers to
+    trusted_proxies: tuple[str, ...] = ()  # CIDRs whose X-Forwarded-For header is believed
+    allowed_hosts: tuple[str, ...] = ()  # Host names accepted with auth off (loopback names always)
+    max_request_bytes: int = 1024 * 1024  # HTTP body cap, checked before parsing
+    max_connections: int = 512  # open client connections per gateway; more are closed at once
+    header_timeout_s: float = 10.0  # a request's headers must arrive within this after connect/last answer
+    read_timeout_s: float = 30.0  # a request body must arrive within this
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -81,6 +89,7 @@ def _validate(cfg: Config) -> None:
         "max_accept_length": 1 <= cfg.max_accept_length <= 64,
         "tensor_parallel_size": 1 <= cfg.tensor_parallel_size <= 64,
         "port": 0 <= cfg.port <= 65535,
+        "metrics_port": 0 <= cfg.metrics_port <= 65535,
         "max_running": cfg.max_running >= 1,
         "max_queue": cfg.max_queue >= 0,
         "max_model_len": cfg.max_model_len >= 16,
@@ -93,6 +102,10 @@ def _validate(cfg: Config) -> None:
         "verifier_replicas": cfg.verifier_replicas >= 1,
         "draft_vocab_size": cfg.draft_vocab_size >= 0,
         "log_level": cfg.log_level in ("debug", "info", "warning", "error"),
+        "max_request_bytes": cfg.max_request_bytes >= 1024,
+        "max_connections": cfg.max_connections >= 1,
+        "header_timeout_s": cfg.header_timeout_s > 0,
+        "read_timeout_s": cfg.read_timeout_s > 0,
     }
     for key, ok in checks.items():
         if not ok:

@@ -104,12 +104,20 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """Render ``messages`` with the model's template; raises ValueError without one."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        """Render ``messages`` (and OpenAI-style ``tools``, when given) with the model's template.
+
+        Raises ValueError without a template, or when the template itself raises.
+        """
         if self._template is None:
             raise ValueError("this model's tokenizer has no chat template")
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+        try:
+            return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                         tools=tools or None, bos_token=self.bos_token or "",
+                                         eos_token=self.eos_token or "")
+        except jinja2.TemplateError as exc:
+            raise ValueError(f"chat template error: {exc}") from None
 
 
 def load_tokenizer(path_or_name: str, cache: str | None = None) -> Tokenizer:

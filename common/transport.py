@@ -158,6 +158,10 @@ class SocketPump:
         """Queue ``frames`` (one multipart message) for the socket."""
         self._tx.send_multipart(frames)
 
+    def alive(self) -> bool:
+        """True while the I/O thread runs (a liveness probe's answer)."""
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)

@@ -38,7 +38,7 @@ class Role(str, Enum):
     VERIFIER = "verifier"
 
 
-class Array(msgspec.Struct, frozen=True):
+class Array(msgspec.Struct, frozen=True, kw_only=True):
     """A numpy array as (dtype, shape, C-order bytes)."""
 
     dtype: str
@@ -48,7 +48,7 @@ class Array(msgspec.Struct, frozen=True):
     @classmethod
     def of(cls, a: np.ndarray) -> "Array":
         a = np.ascontiguousarray(a)
-        return cls(str(a.dtype), list(a.shape), a.tobytes())
+        return cls(dtype=str(a.dtype), shape=list(a.shape), data=a.tobytes())
 
     def numpy(self) -> np.ndarray:
         """Decode; raises WireError on a bad dtype, shape or byte count."""
@@ -63,7 +63,7 @@ class Array(msgspec.Struct, frozen=True):
         return np.frombuffer(self.data, dtype=dt).reshape(self.shape)
 
 
-class SamplingParams(msgspec.Struct, frozen=True):
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """Per-request decoding parameters (OpenAI names). temperature 0 = greedy."""
 
     max_tokens: int = 16
@@ -78,9 +78,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    grammar: str | None = None  # an llguidance grammar (JSON schema / Lark) the output must match
 
 
-class Tree(msgspec.Struct, frozen=True):
+class Tree(msgspec.Struct, frozen=True, kw_only=True):
     """A TokenTree on the wire: tokens [n] int64, parents [n] int32, scores [n] float32."""
 
     tokens: Array
@@ -89,26 +90,26 @@ class Tree(msgspec.Struct, frozen=True):
 
 
 # ---- gateway <-> scheduler ---------------------------------------------------------------
-class Submit(msgspec.Struct, tag="submit", frozen=True):
+class Submit(msgspec.Struct, tag="submit", frozen=True, kw_only=True):
     request_id: str
     prompt: list[int]
     params: SamplingParams
     v: int = PROTOCOL_VERSION
 
 
-class Abort(msgspec.Struct, tag="abort", frozen=True):
+class Abort(msgspec.Struct, tag="abort", frozen=True, kw_only=True):
     request_id: str
     v: int = PROTOCOL_VERSION
 
 
-class TokenLogprob(msgspec.Struct, frozen=True):
+class TokenLogprob(msgspec.Struct, frozen=True, kw_only=True):
     """Main-model log-probability of a returned token and optional top alternatives."""
 
     logprob: float
     top: list[tuple[int, float]] = []
 
 
-class TokenDelta(msgspec.Struct, tag="delta", frozen=True):
+class TokenDelta(msgspec.Struct, tag="delta", frozen=True, kw_only=True):
     """New output tokens of a request; ``finish`` set on its last delta only."""
 
     request_id: str
@@ -120,7 +121,7 @@ class TokenDelta(msgspec.Struct, tag="delta", frozen=True):
     v: int = PROTOCOL_VERSION
 
 
-class Rejected(msgspec.Struct, tag="rejected", frozen=True):
+class Rejected(msgspec.Struct, tag="rejected", frozen=True, kw_only=True):
     """Admission refused: ``status`` 429 (queue full) / 503 (not ready) / 400 (bad request)."""
 
     request_id: str
@@ -131,7 +132,7 @@ class Rejected(msgspec.Struct, tag="rejected", frozen=True):
 
 
 # ---- scheduler <-> workers ---------------------------------------------------------------
-class DraftSeq(msgspec.Struct, frozen=True):
+class DraftSeq(msgspec.Struct, frozen=True, kw_only=True):
     """One sequence in a draft step: append ``new_tokens`` at ``prefix_len``, draft a tree."""
 
     seq_id: str
@@ -142,9 +143,11 @@ class DraftSeq(msgspec.Struct, frozen=True):
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    grammar: str | None = None  # SamplingParams.grammar: propose only tokens it allows
+    output: list[int] = []  # with a grammar: the output tokens so far (incl. a guessed path)
 
 
-class DraftStep(msgspec.Struct, tag="draft_step", frozen=True):
+class DraftStep(msgspec.Struct, tag="draft_step", frozen=True, kw_only=True):
     """``guess``: a look-ahead step (draft/verify overlap): each sequence's ``new_tokens``
     end with a path the scheduler *assumes* the verifier will accept; the worker drafts as
     usual and echoes the flag (it needs no other special handling)."""
@@ -155,7 +158,7 @@ class DraftStep(msgspec.Struct, tag="draft_step", frozen=True):
     v: int = PROTOCOL_VERSION
 
 
-class DraftResult(msgspec.Struct, tag="draft_result", frozen=True):
+class DraftResult(msgspec.Struct, tag="draft_result", frozen=True, kw_only=True):
     round: int
     trees: dict[str, Tree]
     lost: list[str] = []  # sequences whose KV this worker does not hold (re-prefill them)
@@ -164,7 +167,7 @@ class DraftResult(msgspec.Struct, tag="draft_result", frozen=True):
     v: int = PROTOCOL_VERSION
 
 
-class VerifySeq(msgspec.Struct, frozen=True):
+class VerifySeq(msgspec.Struct, frozen=True, kw_only=True):
     """One sequence in a verify step: append ``new_tokens`` at ``prefix_len``, score ``tree``."""
 
     seq_id: str
@@ -172,19 +175,19 @@ class VerifySeq(msgspec.Struct, frozen=True):
     new_tokens: list[int]
     tree: Tree
     params: SamplingParams
-    history: list[int] = []  # output tokens so far, for penalties (empty when unused)
+    history: list[int] = []  # output tokens so far, for penalties and grammar (empty when unused)
     seed: int = 0  # sampling: this round's generator seed (request seed + committed length)
     banned: list[int] = []  # min_tokens: token ids masked out (EOS, stop ids) ...
     ban_depth: int = 0  # ... at tree rows of depth < ban_depth (root = depth 0)
 
 
-class VerifyStep(msgspec.Struct, tag="verify_step", frozen=True):
+class VerifyStep(msgspec.Struct, tag="verify_step", frozen=True, kw_only=True):
     round: int
     seqs: list[VerifySeq]
     v: int = PROTOCOL_VERSION
 
 
-class VerifyOut(msgspec.Struct, frozen=True):
+class VerifyOut(msgspec.Struct, frozen=True, kw_only=True):
     """Accepted tree node indices (root to leaf), then the bonus token from the main model."""
 
     accepted: list[int]
@@ -192,7 +195,7 @@ class VerifyOut(msgspec.Struct, frozen=True):
     logprobs: list[TokenLogprob] | None = None  # one per (accepted tokens + bonus)
 
 
-class VerifyResult(msgspec.Struct, tag="verify_result", frozen=True):
+class VerifyResult(msgspec.Struct, tag="verify_result", frozen=True, kw_only=True):
     round: int
     outs: dict[str, VerifyOut]
     lost: list[str] = []
@@ -200,14 +203,14 @@ class VerifyResult(msgspec.Struct, tag="verify_result", frozen=True):
     v: int = PROTOCOL_VERSION
 
 
-class Free(msgspec.Struct, tag="free", frozen=True):
+class Free(msgspec.Struct, tag="free", frozen=True, kw_only=True):
     """Release the KV slots of these sequences (finished or aborted)."""
 
     seq_ids: list[str]
     v: int = PROTOCOL_VERSION
 
 
-class Hello(msgspec.Struct, tag="hello", frozen=True):
+class Hello(msgspec.Struct, tag="hello", frozen=True, kw_only=True):
     role: Role
     replica: str
     pid: int
@@ -219,7 +222,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     v: int = PROTOCOL_VERSION
 
 
-class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
+class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True, kw_only=True):
     """Liveness + load from a worker (or from the scheduler to everyone)."""
 
     role: Role | None
@@ -236,7 +239,7 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
     v: int = PROTOCOL_VERSION
 
 
-class Stats(msgspec.Struct, tag="stats", frozen=True):
+class Stats(msgspec.Struct, tag="stats", frozen=True, kw_only=True):
     """Scheduler counters for the gateway's /metrics (cumulative since start)."""
 
     running: int
@@ -281,7 +284,7 @@ def decode(frame: bytes) -> Message:
 
 def tree_to_wire(tree) -> Tree:
     """common.tree.TokenTree -> Tree."""
-    return Tree(Array.of(tree.tokens), Array.of(tree.parents), Array.of(tree.scores))
+    return Tree(tokens=Array.of(tree.tokens), parents=Array.of(tree.parents), scores=Array.of(tree.scores))
 
 
 def tree_from_wire(t: Tree):

@@ -66,7 +66,7 @@ def main() -> int:
     four, t4 = run_batch(client, ids, "four")
     client.close()
     from common.config import load_config
-    from common.modeling.build import build_local_engine
+    from treespec.engine import build_local_engine
     engine, _ = build_local_engine(load_config(None, {}), slots=1)
     local = [t for d in engine.generate("local", ids[0], wire.SamplingParams(max_tokens=MAX_NEW)) for t in d.tokens]
     print(json.dumps({

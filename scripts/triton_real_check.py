@@ -30,7 +30,7 @@ from common import wire  # noqa: E402
 from common.config import load_config  # noqa: E402
 from common.modeling import model as model_module  # noqa: E402
 from common.modeling.attention import tree_attention as sdpa_attention  # noqa: E402
-from common.modeling.build import build_local_engine  # noqa: E402
+from treespec.engine import build_local_engine  # noqa: E402
 from common.modeling.runner import forward_segments  # noqa: E402
 from common.modeling.triton_attention import tree_attention_triton  # noqa: E402
 from treespec.bench_data import load_prompts  # noqa: E402
@@ -47,7 +47,8 @@ def generate(engine, tok, prompts, n: int) -> tuple[list[list[int]], float]:
 def one_pass_diff(engine, prompt: list[int]) -> float:
     """Max |logit| difference between the two attention paths on one verification pass
     over a 16-node draft tree drafted by the real draft model for ``prompt``."""
-    draft = engine.draft.step(wire.DraftStep(0, [wire.DraftSeq("probe", 0, prompt, 16, 6)]))
+    probe = wire.DraftSeq(seq_id="probe", prefix_len=0, new_tokens=prompt, tree_size=16, max_depth=6)
+    draft = engine.draft.step(wire.DraftStep(round=0, seqs=[probe]))
     engine.draft.free(["probe"])
     tree = wire.tree_from_wire(draft.trees["probe"])
     main = engine.verifier.model

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from typing import Callable, Protocol
 
 import zmq
@@ -49,9 +50,11 @@ class WorkerLoop:
 
     def __init__(self, cfg: Config, role: wire.Role, replica: str, runner: Runner, hello: wire.Hello,
                  slots_used: Callable[[], int], memory: Callable[[], tuple[int, int]], log,
-                 ctx: zmq.Context | None = None,
+                 ctx: zmq.Context | None = None, on_step: Callable[[float, bool], None] | None = None,
                  prefix: Callable[[], tuple[int, int, int, int]] = lambda: NO_PREFIX_STATS) -> None:
         self.cfg, self.role, self.replica, self.runner, self.log = cfg, role, replica, runner, log
+        self.on_step = on_step  # (seconds, failed) after every step: the worker's metrics
+        self.serving = False  # True while run() serves: the /readyz answer
         self.hello, self._slots_used, self._memory, self._prefix = hello, slots_used, memory, prefix
         self.ctx = ctx or zmq.Context.instance()
         sock = transport.connect_dealer(self.ctx, cfg.scheduler_address, cfg.curve_dir)
@@ -62,8 +65,10 @@ class WorkerLoop:
     def _heartbeat(self) -> list[list[bytes]]:
         used, total = self._memory()
         queries, hits, blocks_used, blocks_total = self._prefix()
-        hb = wire.Heartbeat(self.role, self.replica, True, self._slots_used(), self.hello.slots_total, used, total,
-                            queries, hits, blocks_used, blocks_total)
+        hb = wire.Heartbeat(role=self.role, replica=self.replica, ready=True, slots_used=self._slots_used(),
+                            slots_total=self.hello.slots_total, memory_used=used, memory_total=total,
+                            prefix_cache_queries=queries, prefix_cache_hits=hits,
+                            prefix_cache_blocks_used=blocks_used, prefix_cache_blocks_total=blocks_total)
         return [[wire.encode(hb)]]
 
     def stop(self) -> None:
@@ -73,6 +78,7 @@ class WorkerLoop:
         """Serve until ``stop()``; closes the socket on the way out."""
         self.log.info("worker connected", address=self.cfg.scheduler_address, pid=os.getpid(),
                       slots_total=self.hello.slots_total, max_len=self.hello.max_len)
+        self.serving = True
         try:
             while not self._stop.is_set():
                 try:
@@ -81,7 +87,12 @@ class WorkerLoop:
                     continue
                 self._handle(frames)
         finally:
+            self.serving = False
             self.pump.close()
+
+    def alive(self) -> bool:
+        """The /livez answer: the loop has not stopped and the socket's I/O thread runs."""
+        return not self._stop.is_set() and self.pump.alive()
 
     def _handle(self, frames: list[bytes]) -> None:
         try:
@@ -108,15 +119,23 @@ class WorkerLoop:
         for s in msg.seqs:
             if s.prefix_len == 0:  # a new (or re-placed) sequence: prefill here
                 self.log.info("sequence placed", request_id=s.seq_id, prefill_tokens=len(s.new_tokens))
+        start = time.perf_counter()
         try:
-            return self.runner.step(msg)
+            result = self.runner.step(msg)
         except Exception as exc:  # the service boundary: a bad step must not kill the worker
+            self._observe(start, True)
             ids = [s.seq_id for s in msg.seqs]
             self.log.error("step failed", round=msg.round, error=repr(exc)[:300], seqs=len(ids))
             self.runner.free(ids, keep=False)
             if isinstance(msg, wire.DraftStep):
-                return wire.DraftResult(msg.round, {}, ids, guess=msg.guess)
-            return wire.VerifyResult(msg.round, {}, ids)
+                return wire.DraftResult(round=msg.round, trees={}, lost=ids, guess=msg.guess)
+            return wire.VerifyResult(round=msg.round, outs={}, lost=ids)
+        self._observe(start, False)
+        return result
+
+    def _observe(self, start: float, failed: bool) -> None:
+        if self.on_step is not None:
+            self.on_step(time.perf_counter() - start, failed)
 
 
 class Built(Protocol):
@@ -134,34 +153,61 @@ def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Bui
                memory: Callable[[str], tuple[int, int]]) -> int:
     """Shared ``run`` of ``treespec draft`` / ``treespec verifier``.
 
-    Returns 2 on a config error, 1 when the worker cannot start (bad model path, KV budget
-    too small, unsupported setting: logged with the reason), 0 after SIGTERM/SIGINT.
+    With ``metrics_port`` set, /livez, /readyz and /metrics are served from before the
+    model loads (live, not ready) until exit. Returns 2 on a config error, 1 when the
+    worker cannot start (bad model path, KV budget too small, unsupported setting, probe
+    port taken: logged with the reason), 0 after SIGTERM/SIGINT.
     """
     import signal
 
     from common.cli_args import config_or_report
-    from common.logging import setup_logging
+    from common.logging import route_library_logging, setup_logging
+    from services.probes import ProbeServer, WorkerMetrics, default_replica
     cfg = config_or_report(args, role.value)
     if cfg is None:
         return 2
-    replica = args.replica or str(os.getpid())
+    replica = default_replica(args.replica)
     log = setup_logging(role.value, replica, cfg.log_level)
+    route_library_logging()
+    holder: dict[str, object] = {}  # "built", "loop": filled as they come up (read by the probes)
+    metrics = WorkerMetrics(role.value, replica, lambda: _slots(holder),
+                            lambda: getattr(holder.get("loop"), "serving", False))
+    probes = None
     try:
-        built = build(cfg, replica, log)
+        if cfg.metrics_port:
+            probes = ProbeServer(cfg.host, cfg.metrics_port, metrics.registry,
+                                 ready=lambda: getattr(holder.get("loop"), "serving", False),
+                                 live=lambda: "loop" not in holder or holder["loop"].alive()).start()
+            log.info("probes listening", host=cfg.host, port=probes.port)
+        built = holder["built"] = build(cfg, replica, log)
     except (OSError, ValueError, RuntimeError, NotImplementedError) as exc:
         log.error("cannot start", error=str(exc))
+        if probes is not None:
+            probes.close()
         return 1
-    loop = WorkerLoop(cfg, role, replica, built.runner, built.hello, built.slots_used,
-                      lambda: memory(cfg.device), log, prefix=built.prefix_stats)
+    loop = holder["loop"] = WorkerLoop(cfg, role, replica, built.runner, built.hello, built.slots_used,
+                                       lambda: memory(cfg.device), log, on_step=metrics.observe_step,
+                                       prefix=built.prefix_stats)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: loop.stop())
-    loop.run()
+    try:
+        loop.run()
+    finally:
+        if probes is not None:
+            probes.close()
     log.info("worker stopped")
     return 0
+
+
+def _slots(holder: dict) -> tuple[int, int]:
+    """(KV slots used, KV slots total) of the built worker; (0, 0) while loading."""
+    built = holder.get("built")
+    return (built.slots_used(), built.hello.slots_total) if built is not None else (0, 0)
 
 
 def add_worker_args(parser) -> None:
     """Flags of ``treespec draft`` / ``treespec verifier``."""
     from common.cli_args import add_config_args
     add_config_args(parser)
-    parser.add_argument("--replica", default="", help="replica label in logs and stats (default: the pid)")
+    parser.add_argument("--replica", default="",
+                        help="replica label in logs and metrics (default: the hostname, i.e. the container or pod)")

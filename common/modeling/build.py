@@ -1,4 +1,5 @@
-"""Build draft / verifier runners (and the in-process engine) from a Config."""
+"""Load the draft and main models from a Config (engines are assembled above the services,
+in ``treespec/engine.py``; nothing here imports ``services``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import logging
 
 import torch
 
-from common.config import AUTO, Config
+from common.config import Config
 from common.tokenizer import END_MARKERS
+from common.modeling.grammar import GrammarMasks
 from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES
 from common.modeling.model import DecoderModel
 from common.modeling.quant import quantize_weights
@@ -27,8 +29,7 @@ def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
         head_ids = torch.arange(cfg.draft_vocab_size, device=cfg.device)
         specials = _special_ids(tok, spec.vocab_size)
         head_ids = torch.unique(torch.cat([head_ids, torch.tensor(specials, dtype=torch.long)]))
-    weights = {k: (tuple(t.to(cfg.device) for t in v) if isinstance(v, tuple) else v.to(cfg.device))
-               for k, v in weights.items()}
+    weights = {k: v.to(cfg.device) for k, v in weights.items()}  # tensors and Int4Weights
     return DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device, head_ids), tok
 
 
@@ -89,53 +90,3 @@ def load_pair(cfg: Config, with_draft: bool = True):
         draft, dtok = draft_model(cfg)
         check_pair(tok, dtok, main, draft)
     return main, draft, tok
-
-
-def measure_costs(main: DecoderModel, draft: DecoderModel | None):
-    """(verify CostCurve, draft CostCurve or None): ms per forward over T tokens, measured
-    now on this machine with scratch KV caches."""
-    from common.modeling.runner import COST_PREFIX, measure_forward_ms
-    from services.scheduler.tree_policy import CostCurve
-    grid_max = 256 + COST_PREFIX
-    verify = CostCurve(tuple(measure_forward_ms(main, main.new_cache(1, grid_max))))
-    dcurve = CostCurve(tuple(measure_forward_ms(draft, draft.new_cache(1, grid_max)))) if draft else None
-    return verify, dcurve
-
-
-def make_engine(cfg: Config, main: DecoderModel, draft: DecoderModel | None, tok, slots: int,
-                tree: tuple[int, int] | None = None, costs=None):
-    """A LocalEngine over already-loaded models. ``tree`` = (size, max_depth) forces a
-    shape (size 0 = plain); without it ``tree_size = auto`` uses a TreePolicy fed with
-    ``costs`` (from measure_costs; measured here when not given)."""
-    from services.draft.runner import DraftRunner
-    from services.scheduler.core import SchedulerCore
-    from services.scheduler.local import LocalEngine
-    from services.scheduler.tree_policy import TreePolicy, choose_tree
-    from services.verifier.runner import VerifierRunner
-    policy = None
-    if tree is None and cfg.tree_size == AUTO and draft is not None:
-        policy = TreePolicy(cfg)
-        policy.set_costs(*(costs or measure_costs(main, draft)))
-    tree = tree or choose_tree(cfg, slots)
-    from common.modeling.budget import plan_prefix_blocks
-    max_len = cfg.max_model_len + TREE_HEADROOM
-    bs = cfg.prefix_cache_block_size
-    runner = None
-    if draft is not None and tree[0] > 0:
-        runner = DraftRunner(draft, slots, max_len, prefix_blocks=plan_prefix_blocks(cfg, draft, slots, max_len),
-                             block_size=bs)
-    core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))
-    verifier = VerifierRunner(main, slots, max_len, plan_prefix_blocks(cfg, main, slots, max_len), bs)
-    return LocalEngine(core, verifier, runner, tree[0], tree[1], policy)
-
-
-def build_local_engine(cfg: Config, slots: int = 4, tree: tuple[int, int] | None = None):
-    """(LocalEngine, tokenizer) running draft + main model in this process.
-
-    ``tree`` = (tree_size, max_depth) overrides the config; tree_size 0 = plain decoding.
-    """
-    main, draft, tok = load_pair(cfg, with_draft=(tree or (1,))[0] > 0 and cfg.tree_size != 0)
-    return make_engine(cfg, main, draft, tok, slots, tree), tok
-
-
-TREE_HEADROOM = 256  # KV rows past max_model_len for tree nodes being verified / drafted

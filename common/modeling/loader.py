@@ -80,6 +80,16 @@ def _save_converted(target: Path, spec: ModelSpec, weights: dict, tok) -> None:
         os.replace(tmp, target)
 
 
+def is_converted(path_or_name: str, dtype: str = "bfloat16", cache: str | None = None) -> bool:
+    """Whether ``load_weights`` would load this model from its converted cache (no conversion).
+
+    Raises ValueError (unknown dtype) or FileNotFoundError (model file missing).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    return _cache_dir_for(resolve(path_or_name, cache), dtype).exists()
+
+
 def load_weights(path_or_name: str, dtype: str = "bfloat16", cache: str | None = None):
     """Return ``(spec, weights, tokenizer)`` for a packaged name, GGUF file or HF dir.
 

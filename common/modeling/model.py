@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from common.modeling.attention import tree_attention
 from common.modeling.kv_cache import KVCache
-from common.modeling.quant import int4_linear
+from common.modeling.quant import Int4Weight
 
 
 @dataclass(frozen=True)
@@ -51,19 +51,12 @@ class ModelSpec:
             max_positions=getattr(cfg, "max_position_embeddings", 32768))
 
 
-def linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias``; ``weight`` is a dense ``[N, K]`` tensor or an int4
-    ``(packed, scales_zeros[, dense])`` tuple from ``quant.quantize_weights`` (with the
-    dense copy, calls over more than INT4_MAX_ROWS rows use it: prefill)."""
-    if isinstance(weight, tuple):
-        if len(weight) == 3 and x.numel() // x.shape[-1] > INT4_MAX_ROWS:
-            return F.linear(x, weight[2], bias)
-        y = int4_linear(x, weight[0], weight[1])
-        return y if bias is None else y + bias
+def linear(x: torch.Tensor, weight: torch.Tensor | Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias``; ``weight`` is a dense ``[N, K]`` tensor or an
+    :class:`~common.modeling.quant.Int4Weight` from ``quant.quantize_weights``."""
+    if isinstance(weight, Int4Weight):
+        return weight.linear(x, bias)
     return F.linear(x, weight, bias)
-
-
-INT4_MAX_ROWS = 16  # rows up to which the int4 kernel beats bf16 here (measured: equal at 16)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

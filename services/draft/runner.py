@@ -14,12 +14,14 @@ import numpy as np
 import torch
 
 from common import wire
+from common.modeling.grammar import GrammarMasks
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
 from common.modeling.prefix_cache import PrefixCache
 from common.modeling.runner import forward_segments
 from common.modeling.sampling import probs_from_logits
 from common.tree import ROOT
+from services.draft.constrained import constrained_children
 from services.draft.policy import TreeBuilder, TreeShape
 from common.modeling.slots import SlotTable
 
@@ -31,13 +33,14 @@ class DraftRunner:
     """Owns the draft model and its KV cache; ``step`` answers one DraftStep."""
 
     def __init__(self, model: DecoderModel, slots: int, max_len: int, topk: int = 4,
-                 width: int = 4, min_path_prob: float = 0.02, prefix_blocks: int = 0,
-                 block_size: int = 16) -> None:
+                 width: int = 4, min_path_prob: float = 0.02, grammar: GrammarMasks | None = None,
+                 prefix_blocks: int = 0, block_size: int = 16) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
         prefix = PrefixCache(self.cache, prefix_blocks, block_size) if prefix_blocks > 0 else None
         self.table = SlotTable(self.cache, model.spec.vocab_size, prefix)
         self.topk, self.width, self.min_path_prob = topk, width, min_path_prob
+        self.grammar = grammar  # propose only grammar-valid tokens (None: unconstrained drafts)
 
     def step(self, msg: wire.DraftStep) -> wire.DraftResult:
         """Draft one tree per sequence; sequences whose KV is missing are reported lost."""
@@ -45,12 +48,15 @@ class DraftRunner:
         seqs, lost = self.table.resolve(msg.seqs)
         trees = self._draft(seqs) if seqs else {}
         ms = (time.perf_counter() - t0) * 1e3
-        return wire.DraftResult(msg.round, {k: wire.tree_to_wire(t) for k, t in trees.items()}, lost, ms,
+        return wire.DraftResult(round=msg.round, trees={k: wire.tree_to_wire(t) for k, t in trees.items()},
+                                lost=lost, draft_ms=ms,
                                 guess=msg.guess)
 
     def free(self, seq_ids: list[str], keep: bool = True) -> None:
         """Release sequences; ``keep``: retain their KV blocks in the prefix cache."""
         self.table.free(seq_ids, keep)
+        if self.grammar is not None:
+            self.grammar.free(seq_ids)
 
     def _draft(self, seqs: list[wire.DraftSeq]) -> dict:
         slots = [self.table.slot(s.seq_id) for s in seqs]
@@ -84,9 +90,12 @@ class DraftRunner:
         for b, s, parents in zip(builders, seqs, parents_per_seq):
             lg = logits[offset:offset + len(parents)]
             offset += len(parents)
+            k = min(self.topk, s.tree_size) or 1
+            if s.grammar is not None and self.grammar is not None:
+                constrained_children(self.grammar, self.model.head_ids, b, s, parents, lg, k)
+                continue
             probs = (probs_from_logits(lg, s.temperature, s.top_k, s.top_p) if s.temperature > 0
                      else torch.softmax(lg, dim=-1))
-            k = min(self.topk, s.tree_size) or 1
             top = torch.topk(probs, k, dim=-1)
             ids = top.indices if self.model.head_ids is None else self.model.head_ids[top.indices]
             logp = torch.log(top.values.clamp_min(1e-30))

@@ -1,15 +1,18 @@
-"""The gateway's aiohttp application: routes, auth middleware, health and metrics.
+"""The gateway's aiohttp application: routes, the request guard, health and metrics.
 
-``make_app(config, backend)`` wires everything; the backend (the scheduler client) is
-started and closed by the app's cleanup context. ``ApiError`` raised anywhere becomes an
-OpenAI-style JSON error with its status and headers.
+``make_app(config, backend)`` wires everything; the backend (the scheduler client) and
+the tokenizer thread pool are started and closed by the app's cleanup context. Every
+error leaves as an OpenAI-style JSON body: ``ApiError`` raised anywhere, aiohttp's own
+HTTP errors (unknown route 404, wrong method 405, body too large 413) and unexpected
+exceptions (500, logged).
 """
 
 from __future__ import annotations
 
-import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import AsyncIterator
 
+import structlog
 from aiohttp import web
 
 from common.config import Config
@@ -19,24 +22,62 @@ from services.gateway.auth import IpAllowlist, KeyStore, authenticate
 from services.gateway.backend import Backend
 from services.gateway.metrics import CONTENT_TYPE, Metrics
 from services.gateway.openai_api import ApiError
+from services.gateway.peers import ClientResolver, HostCheck
 from services.gateway.ratelimit import RateLimiter
+from services.gateway.server import track_requests
+from services.probes import default_replica
+
+log = structlog.get_logger(__name__)
 
 OPEN_PATHS = ("/health", "/metrics")  # no API key needed when config.public_health
-MAX_BODY_BYTES = 8 * 1024 * 1024
+PROBE_PATHS = ("/livez", "/readyz")  # kubelet / compose probes: no key, no IP allowlist, say only ok
+JSON_TYPE = "application/json"
+TOKENIZE_THREADS = 2
+HTTP_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
+                    429: "rate_limit_error"}
 
 
 @web.middleware
 async def guard(request: web.Request, handler) -> web.StreamResponse:
-    """IP allowlist (403), API key (401), and ApiError -> OpenAI error response."""
-    app = request.app
+    """Client address, allowlist (403), Host (403), API key (401), JSON body (415), rate
+    limit (429, charged before the body is read); every error -> OpenAI error JSON."""
+    if request.path in PROBE_PATHS:
+        return await handler(request)
     try:
-        app[state.ALLOWLIST].check(request.remote)
-        if not (request.path in OPEN_PATHS and app[state.CONFIG].public_health):
-            request[state.CLIENT_ID] = authenticate(app[state.KEYS], request.headers.get("Authorization"))
+        _admit(request)
         return await handler(request)
     except ApiError as exc:
-        app[state.METRICS].requests.labels(str(exc.status)).inc()
-        return web.json_response(exc.body(), status=exc.status, headers=exc.headers)
+        return _error(request, exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = HTTP_ERROR_TYPES.get(exc.status, "invalid_request_error" if exc.status < 500 else "server_error")
+        return _error(request, ApiError(exc.status, exc.reason if exc.text is None else exc.text, type=kind,
+                                        headers={k: v for k, v in exc.headers.items() if k == "Allow"}))
+    except Exception:  # noqa: BLE001 - the last resort: a JSON 500, logged with its traceback
+        log.exception("unhandled error", path=request.path)
+        return _error(request, ApiError(500, "internal server error", type="server_error"))
+
+
+def _admit(request: web.Request) -> None:
+    app, cfg = request.app, request.app[state.CONFIG]
+    client = app[state.RESOLVER].client(request.remote, request.headers.get("X-Forwarded-For"))
+    request[state.CLIENT_ADDR] = client or "unknown"
+    app[state.ALLOWLIST].check(client)
+    open_path = request.path in OPEN_PATHS and cfg.public_health
+    if not open_path:
+        app[state.HOSTS].check(request.host)
+        request[state.CLIENT_ID] = authenticate(app[state.KEYS], request.headers.get("Authorization"))
+    if request.method == "POST":
+        if request.content_type != JSON_TYPE:
+            raise ApiError(415, f"Content-Type must be {JSON_TYPE}, got {request.content_type!r}")
+        who = request.get(state.CLIENT_ID) or request[state.CLIENT_ADDR]
+        request[state.RATE_HEADERS] = app[state.LIMITER].admit_request(who)
+
+
+def _error(request: web.Request, exc: ApiError) -> web.Response:
+    request.app[state.METRICS].requests.labels(str(exc.status)).inc()
+    return web.json_response(exc.body(), status=exc.status, headers=exc.headers)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -53,6 +94,20 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(body, status=503, headers={"Retry-After": str(handlers.RETRY_AFTER_S)})
 
 
+async def livez(request: web.Request) -> web.Response:
+    """Liveness: 200 whenever the event loop answers (workers or scheduler down or not)."""
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 when requests can be served (scheduler connected and ready: a
+    warmed-up verifier, and a draft worker when speculating), else 503. ``/health`` is the
+    same answer with per-service detail."""
+    if request.app[state.BACKEND].ready:
+        return web.Response(text="ok\n")
+    return web.Response(text="not ready\n", status=503, headers={"Retry-After": str(handlers.RETRY_AFTER_S)})
+
+
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=request.app[state.METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -62,24 +117,31 @@ def _backend_ctx(backend: Backend):
         await backend.start()
         yield
         await backend.close()
+        app[state.POOL].shutdown(wait=False, cancel_futures=True)
     return ctx
 
 
 def make_app(config: Config, backend: Backend, tokenizer: Tokenizer | None = None,
              replica: str | None = None) -> web.Application:
     """The gateway application. ``tokenizer`` defaults to the main model's (torch-free)."""
-    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[track_requests, guard], client_max_size=config.max_request_bytes)
     app[state.CONFIG] = config
     app[state.BACKEND] = backend
     app[state.TOKENIZER] = tokenizer or load_tokenizer(config.main_model_path)
-    app[state.METRICS] = Metrics(replica or str(os.getpid()), lambda: backend.stats, lambda: backend.connected)
+    app[state.METRICS] = Metrics(default_replica(replica), lambda: backend.stats, lambda: backend.connected)
     app[state.KEYS] = KeyStore(config.api_keys_file)
     app[state.ALLOWLIST] = IpAllowlist(config.ip_allowlist)
+    app[state.RESOLVER] = ClientResolver.from_config(config.trusted_proxies)
+    app[state.HOSTS] = HostCheck.from_config(bool(config.api_keys_file), config.allowed_hosts)
     app[state.LIMITER] = RateLimiter(config.rate_limit_rpm, config.rate_limit_tpm)
+    app[state.POOL] = ThreadPoolExecutor(TOKENIZE_THREADS, thread_name_prefix="tokenize")
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_get("/v1/models", handlers.models)
+    app.router.add_get("/v1/models/{model:.+}", handlers.model)
     app.router.add_get("/health", health)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.cleanup_ctx.append(_backend_ctx(backend))
     return app

@@ -9,11 +9,11 @@ takes effect without a restart. Clients outside ``ip_allowlist`` get 403.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from pathlib import Path
 
 from services.gateway.keys import KeyRecord, digest, load_keys
 from services.gateway.openai_api import ApiError
+from services.gateway.peers import networks, normalise
 
 
 class KeyStore:
@@ -70,18 +70,12 @@ class IpAllowlist:
     """CIDR networks allowed to connect; empty = everyone."""
 
     def __init__(self, cidrs: tuple[str, ...]):
-        try:
-            self._nets = [ipaddress.ip_network(c, strict=False) for c in cidrs]
-        except ValueError as exc:
-            raise ValueError(f"invalid ip_allowlist entry: {exc}") from exc
+        self._nets = networks(cidrs, "ip_allowlist")
 
     def check(self, remote: str | None) -> None:
         """Raise ApiError(403) unless ``remote`` is inside an allowed network."""
         if not self._nets:
             return
-        try:
-            addr = ipaddress.ip_address(remote or "")
-        except ValueError:
-            addr = None
+        addr = normalise(remote)
         if addr is None or not any(addr in net for net in self._nets):
             raise ApiError(403, "client address not allowed", type="permission_error", code="ip_not_allowed")

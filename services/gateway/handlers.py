@@ -1,26 +1,32 @@
-"""The OpenAI routes: /v1/completions, /v1/chat/completions, /v1/models.
+"""The OpenAI routes: /v1/completions, /v1/chat/completions, /v1/models[/{id}].
 
-Each generation handler validates, tokenizes, checks readiness and rate limits, then
-either streams SSE or collects the whole answer. Backend refusals become 429/503 with
-Retry-After; a backend failure becomes 503 (before output) or an SSE error event.
+Each generation handler reads the body (size cap, read timeout), validates it, checks
+the model name and the prompt's size, tokenizes in the app's thread pool (never on the
+event loop), checks readiness and the token rate limit, then either streams SSE or
+collects the whole answer. Backend refusals become 429/503 with Retry-After; a backend
+failure becomes 503 (before output) or an SSE error event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 
 from aiohttp import web
 
+from common import wire
 from services.gateway import state
 from services.gateway.backend import BackendRejected, BackendUnavailable
+from services.gateway.chat import ChatPlan, plan_chat
 from services.gateway.generation import Generation
-from services.gateway.openai_api import (ApiError, ChatRequest, CompletionRequest, check_prompt_ids,
+from services.gateway.openai_api import (ApiError, ChatRequest, CompletionRequest, check_model, check_prompt_ids,
                                          completion_prompt, include_usage, parse, sampling_params)
 from services.gateway.responses import Formatter, usage
 from services.gateway.streaming import SseWriter
 
 RETRY_AFTER_S = 1
+MAX_CHARS_PER_TOKEN = 32  # a prompt longer than context x this cannot fit: refused before tokenizing
 
 
 def not_ready() -> ApiError:
@@ -28,46 +34,97 @@ def not_ready() -> ApiError:
                     code="service_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The request body: 413 past ``max_request_bytes`` (before reading), 408 when too slow."""
+    cfg = request.app[state.CONFIG]
+    if (request.content_length or 0) > cfg.max_request_bytes:
+        raise ApiError(413, f"request body is larger than {cfg.max_request_bytes} bytes")
+    try:
+        return await asyncio.wait_for(request.read(), cfg.read_timeout_s)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"request body not received within {cfg.read_timeout_s} s") from None
+
+
+async def offload(request: web.Request, fn, *args):
+    """Run CPU-bound ``fn(*args)`` (tokenizing, templating) in the app's thread pool."""
+    return await asyncio.get_running_loop().run_in_executor(request.app[state.POOL], fn, *args)
+
+
+def check_prompt_chars(chars: int, max_model_len: int, param: str) -> None:
+    """400 for a prompt too long to fit the context whatever its tokenization."""
+    if chars > max_model_len * MAX_CHARS_PER_TOKEN:
+        raise ApiError(400, f"prompt of {chars} characters cannot fit the context of {max_model_len} "
+                       "tokens", param=param)
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
-    req = parse(CompletionRequest, await request.read())
+    req = parse(CompletionRequest, await read_body(request))
+    cfg, tok = request.app[state.CONFIG], request.app[state.TOKENIZER]
+    model = check_model(req.model, served_names(cfg))
     prompt = completion_prompt(req)
-    tok = request.app[state.TOKENIZER]
-    ids = tok.encode(prompt) if isinstance(prompt, str) else list(prompt)
-    return await _serve(request, req, ids, chat=False)
+    if isinstance(prompt, str):
+        check_prompt_chars(len(prompt), cfg.max_model_len, "prompt")
+        ids = await offload(request, tok.encode, prompt)
+    else:
+        ids = list(prompt)
+    return await _serve(request, req, ids, Formatter(_request_id(False), model, False, tok), ChatPlan())
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    req = parse(ChatRequest, await request.read())
-    tok = request.app[state.TOKENIZER]
-    try:
-        text = tok.apply_chat_template([{"role": m.role, "content": m.text()} for m in req.messages])
-    except ValueError as exc:
-        raise ApiError(400, str(exc), param="messages") from None
-    return await _serve(request, req, tok.encode(text, add_special_tokens=False), chat=True)
+    req = parse(ChatRequest, await read_body(request))
+    cfg, tok = request.app[state.CONFIG], request.app[state.TOKENIZER]
+    model = check_model(req.model, served_names(cfg))
+    plan = plan_chat(req)
+    check_prompt_chars(plan.prompt_chars, cfg.max_model_len, "messages")
+    ids = await offload(request, plan.tokenize, tok)
+    return await _serve(request, req, ids, Formatter(_request_id(True), model, True, tok), plan)
+
+
+def served_names(cfg) -> tuple[str, ...]:
+    return (cfg.served_model_name, *cfg.served_model_aliases)
+
+
+def _card(cfg, name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "treespec", "max_model_len": cfg.max_model_len}
 
 
 async def models(request: web.Request) -> web.Response:
     cfg = request.app[state.CONFIG]
-    card = {"id": cfg.served_model_name, "object": "model", "created": 0, "owned_by": "treespec",
-            "max_model_len": cfg.max_model_len}
-    return web.json_response({"object": "list", "data": [card]})
+    return web.json_response({"object": "list", "data": [_card(cfg, n) for n in served_names(cfg)]})
 
 
-async def _serve(request: web.Request, req, ids: list[int], chat: bool) -> web.StreamResponse:
+async def model(request: web.Request) -> web.Response:
+    """One model's card; 404 model_not_found for a name this gateway does not serve."""
+    cfg = request.app[state.CONFIG]
+    return web.json_response(_card(cfg, check_model(request.match_info["model"], served_names(cfg))))
+
+
+def _request_id(chat: bool) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+
+
+async def _serve(request: web.Request, req, ids: list[int], fmt: Formatter, plan: ChatPlan) -> web.StreamResponse:
     app, cfg = request.app, request.app[state.CONFIG]
     tok = app[state.TOKENIZER]
     check_prompt_ids(ids, tok.vocab_size)
-    params = sampling_params(req, len(ids), cfg.max_model_len, tok.end_token_ids())
+    params = plan.constrain(sampling_params(req, len(ids), cfg.max_model_len, tok.end_token_ids()))
+    _check_encodable(params)
     if not app[state.BACKEND].ready:
         raise not_ready()
-    client = request.get(state.CLIENT_ID) or request.remote or "anonymous"
-    headers = app[state.LIMITER].admit(client, len(ids) + params.max_tokens)
-    request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    gen = Generation(app[state.BACKEND], tok, app[state.METRICS], request_id, ids, params, req.stop_strings())
-    fmt = Formatter(request_id, cfg.served_model_name, chat, tok)
+    who = request.get(state.CLIENT_ID) or request[state.CLIENT_ADDR]
+    headers = {**request.get(state.RATE_HEADERS, {}), **app[state.LIMITER].admit(who, len(ids) + params.max_tokens)}
+    gen = Generation(app[state.BACKEND], tok, app[state.METRICS], fmt.request_id, ids, params, req.stop_strings())
     if req.stream:
-        return await _stream(request, gen, fmt, include_usage(req), headers)
-    return await _collect(gen, fmt, headers)
+        return await _stream(request, gen, fmt, plan, include_usage(req), headers)
+    return await _collect(gen, fmt, plan, headers)
+
+
+def _check_encodable(params: wire.SamplingParams) -> None:
+    """Defence in depth behind the schema's ranges: a value msgpack cannot hold is a 400."""
+    try:
+        wire.encode(wire.Submit(request_id="check", prompt=[], params=params))
+    except (OverflowError, ValueError) as exc:
+        raise ApiError(400, f"a parameter is out of range: {exc}") from None
 
 
 def _refused(exc: BackendRejected) -> ApiError:
@@ -83,7 +140,7 @@ def _unavailable(exc: BackendUnavailable) -> ApiError:
                     headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
-async def _collect(gen: Generation, fmt: Formatter, headers: dict[str, str]) -> web.Response:
+async def _collect(gen: Generation, fmt: Formatter, plan: ChatPlan, headers: dict[str, str]) -> web.Response:
     text, logprobs, finish = [], [], None
     try:
         async for piece in gen.pieces():
@@ -95,12 +152,13 @@ async def _collect(gen: Generation, fmt: Formatter, headers: dict[str, str]) -> 
         raise _refused(exc) from None
     except BackendUnavailable as exc:
         raise _unavailable(exc) from None
-    body = fmt.body("".join(text), fmt.merge_logprobs(logprobs), finish,
-                    usage(gen.prompt_tokens, gen.completion_tokens))
+    content, calls = plan.parse_output("".join(text))
+    body = fmt.body(content, fmt.merge_logprobs(logprobs), "tool_calls" if calls else finish,
+                    usage(gen.prompt_tokens, gen.completion_tokens), calls)
     return web.json_response(body, headers=headers)
 
 
-async def _stream(request: web.Request, gen: Generation, fmt: Formatter, with_usage: bool,
+async def _stream(request: web.Request, gen: Generation, fmt: Formatter, plan: ChatPlan, with_usage: bool,
                   headers: dict[str, str]) -> web.StreamResponse:
     pieces = gen.pieces()
     try:
@@ -112,7 +170,7 @@ async def _stream(request: web.Request, gen: Generation, fmt: Formatter, with_us
     sse = SseWriter(request, headers)
     await sse.open()
     try:
-        await _relay(sse, fmt, first, pieces)
+        await _relay(sse, fmt, plan, first, pieces)
     except BackendUnavailable as exc:
         await sse.fail(f"backend failure: {exc}")
         return sse.response
@@ -124,12 +182,15 @@ async def _stream(request: web.Request, gen: Generation, fmt: Formatter, with_us
     return sse.response
 
 
-async def _relay(sse: SseWriter, fmt: Formatter, first, pieces) -> None:
+async def _relay(sse: SseWriter, fmt: Formatter, plan: ChatPlan, first, pieces) -> None:
     piece, is_first = first, True
+    calls = plan.stream_parser()
     while True:
         lp = fmt.logprobs(piece.tokens, piece.logprobs)
-        if piece.text or lp or piece.finish or is_first:
-            await sse.send(fmt.chunk(piece.text, lp, piece.finish, first=is_first and fmt.chat))
+        text, tool_deltas = calls.push(piece.text, final=piece.finish is not None)
+        finish = "tool_calls" if piece.finish is not None and calls.called else piece.finish
+        if text or lp or finish or is_first or tool_deltas:
+            await sse.send(fmt.chunk(text, lp, finish, first=is_first and fmt.chat, tool_calls=tool_deltas))
             is_first = False
         if piece.finish is not None:
             return

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import os
-
-from aiohttp import web
+import asyncio
 
 from common.cli_args import add_config_args, config_or_report
 from common.logging import setup_logging
 from services.gateway.app import make_app
 from services.gateway.backend import ZmqBackend
+from services.gateway.server import serve
+from services.probes import default_replica
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
     parser.add_argument("--host", help="address to listen on (config host)")
-    parser.add_argument("--replica", default=None, help="this gateway's replica name (default: pid)")
+    parser.add_argument("--replica", default=None,
+                        help="replica label in logs and metrics (default: the hostname, i.e. the container or pod)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,15 +25,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_or_report(args, "gateway")
     if cfg is None:
         return 2
-    replica = args.replica or os.environ.get("HOSTNAME") or str(os.getpid())
+    replica = default_replica(args.replica)
     log = setup_logging("gateway", replica, cfg.log_level)
     backend = ZmqBackend(cfg.scheduler_address, replica, cfg.heartbeat_interval_s,
                          cfg.heartbeat_timeout_s, cfg.curve_dir)
     app = make_app(cfg, backend, replica=replica)
     host = args.host or cfg.host
     log.info("gateway listening", host=host, port=cfg.port, scheduler=cfg.scheduler_address)
-    # handler_cancellation: a client that disconnects cancels its handler, which aborts
-    # the request at the scheduler.
-    web.run_app(app, host=host, port=cfg.port, handler_cancellation=True, print=None,
-                access_log=None)
+    # handler_cancellation (in serve): a client that disconnects cancels its handler,
+    # which aborts the request at the scheduler.
+    asyncio.run(serve(app, host, cfg.port, cfg))
     return 0

@@ -52,10 +52,10 @@ class StatsCollector:
 
     @staticmethod
     def _worker_gauges(workers: list[wire.Heartbeat]) -> Iterator[Metric]:
-        fields = {"kv_slots_used": "slots_used", "kv_slots_total": "slots_total",
+        fields = {"kv_slots_used": "slots_used", "kv_slots_capacity": "slots_total",
                   "memory_used_bytes": "memory_used", "memory_total_bytes": "memory_total",
                   "prefix_cache_blocks_used": "prefix_cache_blocks_used",
-                  "prefix_cache_blocks_total": "prefix_cache_blocks_total"}
+                  "prefix_cache_blocks_capacity": "prefix_cache_blocks_total"}
         for name, attr in fields.items():
             g = GaugeMetricFamily(P + name, f"Worker {attr.replace('_', ' ')}", labels=["service", "replica"])
             for w in workers:

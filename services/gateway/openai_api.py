@@ -3,18 +3,27 @@
 Requests are parsed from raw bytes by pydantic in strict mode with unknown keys
 forbidden, so malformed JSON, wrong types, out-of-range values and unsupported
 parameters all become an :class:`ApiError` (HTTP 400) whose ``param`` names the field.
+``null`` for an optional field means "absent" (openai-python sends null for None). Every
+integer field is range-checked here, so no value reaches the msgpack encoder that it
+cannot hold (token counts and ids are int32, ``seed`` is int64).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from common import wire
+from services.gateway.messages import ChatMessage, ResponseFormat, Strict, Tool, ToolChoice
 
 MAX_LOGPROBS = 20
 MAX_STOPS = 16
+MAX_STOP_IDS = 64
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]  # token counts and token ids
+Seed = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 class ApiError(Exception):
@@ -31,50 +40,26 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     include_usage: bool = False
 
 
-class ResponseFormat(_Strict):
-    type: Literal["text"]
-
-
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Union[str, list[TextPart], None] = None
-    name: str | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(p.text for p in self.content)
-        return self.content or ""
-
-
-class _Common(_Strict):
+class _Common(Strict):
     """Parameters shared by both routes (OpenAI names, plus vLLM's extensions)."""
 
     model: str | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1)
-    seed: int | None = None
+    top_k: int = Field(-1, ge=-1, le=INT32_MAX)
+    seed: Seed | None = None
     stop: Union[str, list[str], None] = None
-    stop_token_ids: list[int] = []
+    stop_token_ids: list[Count] = Field([], max_length=MAX_STOP_IDS)
     ignore_eos: bool = False
-    min_tokens: int = Field(0, ge=0)
+    min_tokens: Count = 0
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
-    n: int = 1
+    n: int = Field(1, ge=1, le=INT32_MAX)
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -86,25 +71,28 @@ class _Common(_Strict):
 
 class CompletionRequest(_Common):
     prompt: Union[str, list[int], list[str], list[list[int]]]
-    max_tokens: int = Field(16, ge=1)
+    max_tokens: int = Field(16, ge=1, le=INT32_MAX)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
-    best_of: int | None = None
+    best_of: int | None = Field(None, ge=1, le=INT32_MAX)
     suffix: str | None = None
     logit_bias: dict[str, float] | None = None
 
 
 class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, float] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
 
 
-def _unsupported(req: _Strict) -> tuple[str, str] | None:
+def _unsupported(req: Strict) -> tuple[str, str] | None:
     """(param, message) for a parameter value this server does not implement."""
     checks = [
         ("n", getattr(req, "n", 1) != 1, "only n=1 is supported"),
@@ -113,11 +101,35 @@ def _unsupported(req: _Strict) -> tuple[str, str] | None:
         ("suffix", getattr(req, "suffix", None) is not None, "suffix is not supported"),
         ("logit_bias", bool(getattr(req, "logit_bias", None)), "logit_bias is not supported"),
         ("stop", len(req.stop_strings()) > MAX_STOPS, f"at most {MAX_STOPS} stop strings"),
+        ("tool_choice", _choice_without_tools(req), "tool_choice needs a non-empty tools list"),
+        ("tool_choice", _unknown_named_tool(req), "tool_choice names a function that is not in tools"),
     ]
     return next(((p, m) for p, bad, m in checks if bad), None)
 
 
-def parse(model: type[_Strict], raw: bytes) -> _Strict:
+def _choice_without_tools(req: Strict) -> bool:
+    choice = getattr(req, "tool_choice", None)
+    return choice not in (None, "none", "auto") and not getattr(req, "tools", None)
+
+
+def _unknown_named_tool(req: Strict) -> bool:
+    choice = getattr(req, "tool_choice", None)
+    if choice is None or isinstance(choice, str):
+        return False
+    return choice.function.name not in {t.function.name for t in req.tools or []}
+
+
+def check_model(requested: str | None, served: tuple[str, ...]) -> str:
+    """The model name to answer with; ApiError(404, model_not_found) for a name not served."""
+    if requested is None:
+        return served[0]
+    if requested not in served:
+        raise ApiError(404, f"The model `{requested}` does not exist or you do not have access to it.",
+                       param="model", code="model_not_found")
+    return requested
+
+
+def parse(model: type[Strict], raw: bytes) -> Strict:
     """Validate a request body; raises ApiError(400) naming the offending parameter."""
     try:
         req = model.model_validate_json(raw)

@@ -1,7 +1,11 @@
 """Per-client token buckets: requests per minute and tokens per minute.
 
-A request costs 1 from the request bucket and (prompt tokens + max_tokens) from the token
-bucket. A cost larger than the whole bucket is admitted when the bucket is full (and
+A request costs 1 from the request bucket, charged by :meth:`RateLimiter.admit_request`
+before its body is read or parsed (so a limited client cannot make the gateway parse
+big bodies), and (prompt tokens + max_tokens) from the token bucket, charged by
+:meth:`RateLimiter.admit` once the prompt is tokenized. Buckets idle long enough to be
+full again are dropped (a full bucket is what a new client gets anyway), at most once a
+minute, so the table holds only recently active clients. A cost larger than the whole bucket is admitted when the bucket is full (and
 drives it negative), so that a big request is slowed, never refused forever. A refusal is
 an ApiError(429) with ``Retry-After``; every answer carries ``x-ratelimit-*`` headers.
 """
@@ -48,14 +52,25 @@ class RateLimiter:
     tpm: int
     clock: Callable[[], float] = time.monotonic
     _buckets: dict[tuple[str, str], Bucket] = field(default_factory=dict)
+    _swept: float = float("-inf")
+
+    def admit_request(self, client: str) -> dict[str, str]:
+        """Charge one request (and check one token is left); headers, or ApiError(429)."""
+        return self._charge(client, [("requests", self.rpm, 1), ("tokens", self.tpm, 0)])
 
     def admit(self, client: str, tokens: int) -> dict[str, str]:
-        """Charge one request of ``tokens``; return the headers, or raise ApiError(429)."""
+        """Charge ``tokens`` from the token bucket; return the headers, or raise ApiError(429)."""
+        return self._charge(client, [("tokens", self.tpm, tokens)])
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def _charge(self, client: str, costs: list[tuple[str, int, int]]) -> dict[str, str]:
         now = self.clock()
-        charges = [(kind, limit, cost) for kind, limit, cost in
-                   (("requests", self.rpm, 1), ("tokens", self.tpm, tokens)) if limit > 0]
+        self._sweep(now)
+        charges = [(kind, limit, max(cost, 0)) for kind, limit, cost in costs if limit > 0]
         buckets = [(kind, cost, self._bucket(client, kind, limit, now)) for kind, limit, cost in charges]
-        wait = max((b.wait_s(cost) for _, cost, b in buckets), default=0.0)
+        wait = max((b.wait_s(max(cost, 1)) for _, cost, b in buckets), default=0.0)
         if wait > 0:
             raise ApiError(429, f"rate limit exceeded; retry in {math.ceil(wait)} s", type="rate_limit_error",
                            code="rate_limit_exceeded",
@@ -63,6 +78,16 @@ class RateLimiter:
         for _, cost, b in buckets:
             b.level -= cost
         return _headers(buckets)
+
+    def _sweep(self, now: float) -> None:
+        """Drop buckets that have refilled completely (idle for a minute or more)."""
+        if now - self._swept < MINUTE_S:
+            return
+        self._swept = now
+        idle = [k for k, b in self._buckets.items() if b.level + (now - b.stamp) * b.capacity / MINUTE_S
+                >= b.capacity]
+        for key in idle:
+            del self._buckets[key]
 
     def _bucket(self, client: str, kind: str, limit: int, now: float) -> Bucket:
         b = self._buckets.setdefault((client, kind), Bucket(float(limit), float(limit), now))

@@ -26,10 +26,16 @@ class Formatter:
         kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if chunk and self.chat else "")
         return {"id": self.request_id, "object": kind, "created": self.created, "model": self.model}
 
-    def chunk(self, text: str, logprobs: dict | None, finish: str | None, first: bool = False) -> dict:
-        """One streamed choice update (chat: ``delta``; completions: ``text``)."""
+    def chunk(self, text: str, logprobs: dict | None, finish: str | None, first: bool = False,
+              tool_calls: list[dict] | None = None) -> dict:
+        """One streamed choice update (chat: ``delta``; completions: ``text``).
+
+        ``tool_calls``: OpenAI's streamed tool-call deltas (index, id/name once, argument text).
+        """
         if self.chat:
             delta = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
+            if tool_calls:
+                delta["tool_calls"] = tool_calls
             choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
@@ -38,11 +44,14 @@ class Formatter:
     def usage_chunk(self, usage: dict) -> dict:
         return {**self._base(True), "choices": [], "usage": usage}
 
-    def body(self, text: str, logprobs: dict | None, finish: str, usage: dict) -> dict:
-        """The whole non-streaming response."""
+    def body(self, text: str | None, logprobs: dict | None, finish: str, usage: dict,
+             tool_calls: list[dict] | None = None) -> dict:
+        """The whole non-streaming response (chat: ``tool_calls`` in the message when made)."""
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": logprobs, "finish_reason": finish}
+            message = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
         return {**self._base(False), "choices": [choice], "usage": usage}

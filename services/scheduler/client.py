@@ -27,7 +27,7 @@ class SchedulerClient:
         self.name = name
         self.stats: wire.Stats | None = None
         self.inbox: dict[str, list[wire.Message]] = {}
-        self.send(wire.Hello(wire.Role.GATEWAY, name, os.getpid()))
+        self.send(wire.Hello(role=wire.Role.GATEWAY, replica=name, pid=os.getpid()))
 
     def send(self, msg: wire.Message) -> None:
         self.sock.send(wire.encode(msg))
@@ -50,7 +50,7 @@ class SchedulerClient:
         """Block until Stats says ready; raises TimeoutError after ``timeout_s`` seconds."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            self.send(wire.Heartbeat(wire.Role.GATEWAY, self.name))
+            self.send(wire.Heartbeat(role=wire.Role.GATEWAY, replica=self.name))
             end = time.monotonic() + 1.0
             while time.monotonic() < end:
                 self.poll(0.2)
@@ -62,17 +62,17 @@ class SchedulerClient:
         """Block until a Stats satisfies ``predicate``; raises TimeoutError."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            self.send(wire.Heartbeat(wire.Role.GATEWAY, self.name))
+            self.send(wire.Heartbeat(role=wire.Role.GATEWAY, replica=self.name))
             msg = self.poll(0.5)
             if isinstance(msg, wire.Stats) and predicate(msg):
                 return msg
         raise TimeoutError(f"stats condition not met after {timeout_s} s (last stats: {self.stats})")
 
     def submit(self, request_id: str, prompt: list[int], params: wire.SamplingParams) -> None:
-        self.send(wire.Submit(request_id, list(prompt), params))
+        self.send(wire.Submit(request_id=request_id, prompt=list(prompt), params=params))
 
     def abort(self, request_id: str) -> None:
-        self.send(wire.Abort(request_id))
+        self.send(wire.Abort(request_id=request_id))
 
     def stream(self, request_id: str, timeout_s: float = 60.0) -> Iterator[wire.TokenDelta | wire.Rejected]:
         """Yield the request's deltas until its last (finish set) or a Rejected.

@@ -18,9 +18,40 @@ SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant to decorrelate per-round 
 
 
 @dataclass
+class Placement:
+    """What one worker's KV cache holds for one sequence: the worker (its registry key,
+    None = not placed) and ``held``, how many leading tokens of the sequence (``prompt +
+    output``, then any tokens guessed past it) it holds once the steps sent to it are
+    answered. Only the named transitions below change it."""
+
+    worker: str | None = None
+    held: int = 0
+
+    def place(self, worker: str) -> None:
+        """Assign a worker that holds nothing of the sequence yet."""
+        self.worker, self.held = worker, 0
+
+    def sent(self, upto: int) -> None:
+        """A step carries the tokens up to ``upto``: the worker will hold them."""
+        self.held = upto
+
+    def accepted(self, upto: int) -> None:
+        """The verifier kept its accepted path: it holds the first ``upto`` tokens."""
+        self.held = upto
+
+    def rolled_back(self, to: int) -> None:
+        """Tokens past ``to`` were never committed (a lost round, a wrong guess): the next
+        step's ``prefix_len`` overwrites them."""
+        self.held = min(self.held, to)
+
+    def lost(self) -> None:
+        """The worker dropped the KV (or died): the next round re-prefills from 0."""
+        self.worker, self.held = None, 0
+
+
+@dataclass
 class Sequence:
-    """All state of one request. ``draft_seen`` / ``verifier_seen``: how many of
-    ``prompt + output`` tokens the assigned workers hold in their KV caches."""
+    """All state of one request; ``draft`` / ``verifier``: what the assigned workers hold."""
 
     request_id: str
     prompt: list[int]
@@ -28,11 +59,10 @@ class Sequence:
     eos_ids: frozenset[int]
     seed: int
     output: list[int] = field(default_factory=list)
-    draft_seen: int = 0
-    verifier_seen: int = 0
-    draft_replica: str | None = None
-    verifier_replica: str | None = None
+    draft: Placement = field(default_factory=Placement)
+    verifier: Placement = field(default_factory=Placement)
     finish: FinishReason | None = None
+    verify_steps: int = 0  # verification steps that committed tokens (MAL = output / verify_steps)
 
     @property
     def tokens(self) -> list[int]:
@@ -43,12 +73,9 @@ class Sequence:
         so a seeded request samples the same tokens however it is batched or re-placed."""
         return (self.seed * SEED_MIX + len(self.prompt) + len(self.output)) % (2**63)
 
-    def reset_placement(self, role: wire.Role) -> None:
-        """Forget a lost worker's KV: the next round re-prefills from position 0."""
-        if role == wire.Role.DRAFT:
-            self.draft_seen, self.draft_replica = 0, None
-        else:
-            self.verifier_seen, self.verifier_replica = 0, None
+    def placement(self, role: wire.Role) -> Placement:
+        """The sequence's placement on its ``role`` worker (draft or verifier)."""
+        return self.draft if role == wire.Role.DRAFT else self.verifier
 
 
 class AdmissionError(Exception):
@@ -85,7 +112,7 @@ class SchedulerCore:
         if len(self.running) >= self.max_running and len(self.waiting) >= self.max_queue:
             raise AdmissionError(429, "the request queue is full")
         seed = p.seed if p.seed is not None else random.getrandbits(62)
-        seq = Sequence(msg.request_id, list(msg.prompt), p, self.eos_ids, seed)
+        seq = Sequence(request_id=msg.request_id, prompt=list(msg.prompt), params=p, eos_ids=self.eos_ids, seed=seed)
         self.waiting.append(seq)
         return seq
 
@@ -118,25 +145,30 @@ class SchedulerCore:
         already holds every token (the verifier lost the last round), the last one is re-sent
         at ``prefix_len - 1`` and the worker rolls its KV back by one."""
         toks = seq.tokens
-        start = min(seq.draft_seen, len(toks) - 1)
-        entry = wire.DraftSeq(seq.request_id, start, toks[start:], tree_size, max_depth,
-                              seq.params.temperature, seq.params.top_p, seq.params.top_k)
-        seq.draft_seen = len(toks)
+        start = min(seq.draft.held, len(toks) - 1)
+        entry = wire.DraftSeq(seq_id=seq.request_id, prefix_len=start, new_tokens=toks[start:], tree_size=tree_size,
+                              max_depth=max_depth, temperature=seq.params.temperature, top_p=seq.params.top_p,
+                              top_k=seq.params.top_k, grammar=seq.params.grammar,
+                              output=seq.output if seq.params.grammar else [])
+        seq.draft.sent(len(toks))
         return entry
 
     def verify_seq(self, seq: Sequence, tree: wire.Tree) -> wire.VerifySeq:
         """The verify-step entry for ``seq`` with its draft ``tree``."""
         p = seq.params
-        hist = seq.output if (p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0) else []
+        penalties = p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0
+        hist = seq.output if (penalties or p.grammar) else []
         ban_depth = max(0, p.min_tokens - len(seq.output))
         banned = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else seq.eos_ids)) if ban_depth else []
-        return wire.VerifySeq(seq.request_id, seq.verifier_seen, seq.tokens[seq.verifier_seen:], tree, p,
-                              hist, seq.round_seed(), banned, ban_depth)
+        held = seq.verifier.held
+        return wire.VerifySeq(seq_id=seq.request_id, prefix_len=held, new_tokens=seq.tokens[held:], tree=tree,
+                              params=p, history=hist, seed=seq.round_seed(), banned=banned, ban_depth=ban_depth)
 
     def commit(self, seq: Sequence, tree_tokens: list[int], out: wire.VerifyOut) -> wire.TokenDelta:
         """Apply a verification result: accepted tokens + bonus, truncated at the first
         stop (EOS / stop id after min_tokens, max_tokens, context limit)."""
-        seq.verifier_seen = len(seq.tokens) + len(out.accepted)
+        seq.verifier.accepted(len(seq.tokens) + len(out.accepted))
+        seq.verify_steps += 1
         new = [tree_tokens[a] for a in out.accepted] + [out.bonus]
         self._count(len(tree_tokens), len(out.accepted))
         kept = []
@@ -149,7 +181,8 @@ class SchedulerCore:
         lps = out.logprobs[: len(kept)] if out.logprobs is not None else None
         if seq.finish is not None:
             self.running.pop(seq.request_id, None)
-        return wire.TokenDelta(seq.request_id, kept, lps, seq.finish, prompt_tokens=len(seq.prompt))
+        return wire.TokenDelta(request_id=seq.request_id, tokens=kept, logprobs=lps, finish=seq.finish,
+                               prompt_tokens=len(seq.prompt))
 
     def _stop_reason(self, seq: Sequence, tok: int) -> FinishReason | None:
         p = seq.params

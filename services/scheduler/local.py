@@ -1,29 +1,44 @@
-"""In-process engine: the scheduler core driving draft and verifier runners directly.
+"""In-process engine: the service's round driver over an in-process transport.
 
-Used by ``treespec generate`` / ``treespec bench`` and by tests; the multi-process
-service runs the very same round through ZeroMQ (``loop.py``). Torch-free itself: the
-runners are passed in.
+Used by ``treespec generate`` / ``treespec bench`` and by the lossless tests. It runs the
+very :class:`RoundDriver` the scheduler runs (``rounds.py``): the driver returns the
+messages to send, and instead of a ZeroMQ socket this transport hands each one to the
+draft or verifier runner in this process (FIFO, as one socket per worker would deliver
+them) and feeds the runner's reply back to the driver. So what is benchmarked and
+tested is what is served. Torch-free itself: the runners are passed in.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
-
 from common import wire
-from common.tree import TokenTree
-from services.scheduler.core import SchedulerCore
-from services.scheduler.tree_policy import TreePolicy
+from common.config import Config
+from services.scheduler.core import AdmissionError, SchedulerCore
+from services.scheduler.rounds import Out, RoundDriver
+from services.scheduler.tree_policy import CostCurve, TreePolicy
+from services.scheduler.workers import WorkerRegistry
 
-EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
+GATEWAY = b"local-gateway"
+VERIFIER = b"local-verifier"
+DRAFT = b"local-draft"
+NO_TIMEOUT_S = 1e9  # in process, a reply is never lost
 
 
 class Runner(Protocol):
     def step(self, msg): ...
 
     def free(self, seq_ids: list[str]) -> None: ...
+
+
+class NullLog:
+    """Discards the driver's structured log events (the CLI prints its own summary)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
 
 
 @dataclass
@@ -36,68 +51,89 @@ class RoundStats:
 
 
 class LocalEngine:
-    """Runs rounds for all running sequences; ``tree_size`` 0 = plain decoding."""
+    """Runs the scheduler's rounds against in-process runners.
 
-    def __init__(self, core: SchedulerCore, verifier: Runner, draft: Runner | None,
-                 tree_size: int, max_depth: int, policy: TreePolicy | None = None) -> None:
+    ``cfg``: tree budget (``tree_size``: 0 = plain decoding, N, or ``auto``;
+    ``max_accept_length``), ``overlap``; ``costs``: (verify, draft) CostCurves for
+    ``auto``. ``verifier`` / ``draft``: runners with ``step(msg)`` and ``free(ids)``;
+    they are looked up at delivery time, so a test may wrap or replace them.
+    """
+
+    def __init__(self, cfg: Config, core: SchedulerCore, verifier: Runner, draft: Runner | None,
+                 costs: tuple[CostCurve, CostCurve | None] | None = None, log=None) -> None:
         self.core, self.verifier, self.draft = core, verifier, draft
-        self.tree_size, self.max_depth = tree_size, max_depth
-        self.policy = policy  # tree_size "auto": chooses (size, depth) per round
-        self.round = 0
+        slots = core.max_running
+        self.workers = WorkerRegistry(NO_TIMEOUT_S)
+        self.workers.hello(VERIFIER, wire.Hello(role=wire.Role.VERIFIER, replica="local", pid=0,
+                                                slots_total=slots), 0.0)
+        if draft is not None:
+            self.workers.hello(DRAFT, wire.Hello(role=wire.Role.DRAFT, replica="local", pid=0,
+                                                 slots_total=slots), 0.0)
+        policy = TreePolicy(cfg)
+        if costs is not None:
+            policy.set_costs(*costs)
+        self.driver = RoundDriver(core, self.workers, cfg, log or NullLog(), NO_TIMEOUT_S, policy)
+        self.queue: deque[Out] = deque()
+        self.deltas: list[wire.TokenDelta] = []
         self.stats = RoundStats()
 
+    @property
+    def policy(self) -> TreePolicy:
+        return self.driver.policy
+
+    @property
+    def tree_size(self) -> int:
+        """Nodes per tree of the latest round (0 = plain decoding)."""
+        return self.driver.shape[0]
+
+    def submit(self, request_id: str, prompt: list[int], params: wire.SamplingParams) -> None:
+        """Queue a request; raises AdmissionError (status 400/429/503 and the reason)."""
+        self._route(self.driver.submit(GATEWAY, wire.Submit(request_id=request_id, prompt=prompt, params=params)))
+
     def step(self) -> list[wire.TokenDelta]:
-        """One draft -> verify -> commit round over the running batch."""
-        self.core.admit()
-        seqs = list(self.core.running.values())
-        if not seqs:
-            return []
-        self.round += 1
-        if self.policy is not None:
-            self.tree_size, self.max_depth = self.policy.choose(len(seqs))
-        trees = self._draft(seqs)
-        vstep = wire.VerifyStep(self.round, [self.core.verify_seq(s, trees[s.request_id]) for s in seqs])
-        res = self.verifier.step(vstep)
-        self.stats.verify_ms.append(res.verify_ms)
-        for sid in res.lost:
-            self.core.running[sid].reset_placement(wire.Role.VERIFIER)
-        deltas = []
-        for s in seqs:
-            if s.request_id in res.outs:
-                tree, out = trees[s.request_id], res.outs[s.request_id]
-                if self.policy is not None:
-                    self.policy.observe(wire.tree_from_wire(tree), out.accepted)
-                deltas.append(self.core.commit(s, tree.tokens.numpy().tolist(), out))
-                self.stats.committed.append(len(deltas[-1].tokens))
-        self._free([d.request_id for d in deltas if d.finish is not None])
+        """Run one round over the running batch (and any look-ahead step it sends);
+        returns the deltas it produced."""
+        self._route(self.driver.start(time.monotonic()))
+        while self.queue:
+            self._deliver(*self.queue.popleft())
+        deltas, self.deltas = self.deltas, []
         return deltas
 
-    def _draft(self, seqs) -> dict[str, wire.Tree]:
-        trees = {s.request_id: EMPTY_TREE for s in seqs}
-        if self.draft is None or self.tree_size == 0:
-            return trees
-        step = wire.DraftStep(self.round, [self.core.draft_seq(s, self.tree_size, self.max_depth) for s in seqs])
-        res = self.draft.step(step)
-        self.stats.draft_ms.append(res.draft_ms)
-        for sid in res.lost:
-            self.core.running[sid].reset_placement(wire.Role.DRAFT)
-        trees.update(res.trees)
-        return trees
+    def _route(self, outs: list[Out]) -> None:
+        for identity, msg in outs:
+            if isinstance(msg, wire.Rejected):
+                raise AdmissionError(msg.status, msg.reason)
+            if identity == GATEWAY:
+                self.deltas.append(msg)
+                if msg.tokens:
+                    self.stats.committed.append(len(msg.tokens))
+            else:
+                self.queue.append((identity, msg))
 
-    def _free(self, ids: list[str]) -> None:
-        if ids:
-            self.verifier.free(ids)
-            if self.draft is not None:
-                self.draft.free(ids)
+    def _deliver(self, identity: bytes, msg: wire.Message) -> None:
+        runner = self.verifier if identity == VERIFIER else self.draft
+        now = time.monotonic()
+        if isinstance(msg, wire.Free):
+            runner.free(msg.seq_ids)
+        elif isinstance(msg, wire.DraftStep):
+            res = runner.step(msg)
+            self.stats.draft_ms.append(res.draft_ms)
+            self._route(self.driver.on_draft(identity, res, now))
+        else:
+            res = runner.step(msg)
+            self.stats.verify_ms.append(res.verify_ms)
+            self._route(self.driver.on_verify(identity, res, now))
 
     def abort(self, request_id: str) -> None:
         """Drop a request and free its KV slots in both runners at once."""
-        if self.core.abort(request_id) is not None:
-            self._free([request_id])
+        self._route(self.driver.abort(request_id))
+        while self.queue:
+            self._deliver(*self.queue.popleft())
+        self.deltas = [d for d in self.deltas if d.request_id != request_id]
 
     def generate(self, request_id: str, prompt: list[int], params: wire.SamplingParams) -> Iterator[wire.TokenDelta]:
         """Submit one request and run rounds until it finishes, yielding its deltas."""
-        self.core.submit(wire.Submit(request_id, prompt, params))
+        self.submit(request_id, prompt, params)
         while True:
             for d in self.step():
                 if d.request_id == request_id:

@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 
+import msgspec
 import zmq
 
 from common import transport, wire
@@ -45,6 +46,7 @@ class SchedulerLoop:
                                                 cfg.curve_dir)
         self.pump = transport.SocketPump(self.ctx, sock)
         self._stop = threading.Event()
+        self.serving = False  # True while run() serves: the /readyz answer
 
     def stop(self) -> None:
         """Ask ``run`` to return (safe from signal handlers and other threads)."""
@@ -55,6 +57,7 @@ class SchedulerLoop:
         self.log.info("scheduler listening", address=self.cfg.scheduler_bind or self.cfg.scheduler_address,
                       curve=bool(self.cfg.curve_dir), tree_size=self.cfg.tree_size)
         next_stats = 0.0
+        self.serving = True
         try:
             while not self._stop.is_set():
                 self._receive(IDLE_WAIT_S)
@@ -64,9 +67,23 @@ class SchedulerLoop:
                     self._broadcast_stats(now)
                     next_stats = now + STATS_INTERVAL_S
         finally:
-            self.pump.close()
-            if self.auth is not None:
-                self.auth.stop()
+            self.serving = False
+            self.close()
+
+    def close(self) -> None:
+        """Close the socket (and the CURVE authenticator); ``run`` does this on its way out."""
+        self.pump.close()
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
+
+    def alive(self) -> bool:
+        """The /livez answer: not stopped and the socket's I/O thread runs."""
+        return not self._stop.is_set() and self.pump.alive()
+
+    def worker_counts(self) -> dict[str, int]:
+        """Live workers per service (draft, verifier; 0 when none, so the series stays)."""
+        return {role.value: len(self.workers.alive(role)) for role in (wire.Role.DRAFT, wire.Role.VERIFIER)}
 
     def _receive(self, wait_s: float) -> None:
         """Handle every frame that arrives within ``wait_s`` seconds (then drain the queue)."""
@@ -142,13 +159,18 @@ class SchedulerLoop:
 
     def _stats(self) -> wire.Stats:
         core = self.core
-        beats = [w.heartbeat or wire.Heartbeat(w.role, w.replica, True, len(w.seqs), w.slots_total)
-                 for w in self.workers.all()]
+        workers = self.workers.all()
+        beats = [w.heartbeat or wire.Heartbeat(role=w.role, replica=w.replica, ready=True, slots_used=len(w.seqs),
+                                               slots_total=w.slots_total)
+                 for w in workers]
+        beats = unique_replicas(beats, [w.key for w in workers])
         size = self.driver.shape[0]
         ahead = self.driver.ahead
-        return wire.Stats(len(core.running), len(core.waiting), core.num_drafts, core.num_draft_tokens,
-                          core.num_accepted, list(core.accepted_per_pos), size, beats, self.driver.ready(),
-                          ahead.sent, ahead.hits, self.driver.overlap())
+        return wire.Stats(running=len(core.running), waiting=len(core.waiting), num_drafts=core.num_drafts,
+                          num_draft_tokens=core.num_draft_tokens, num_accepted_tokens=core.num_accepted,
+                          accepted_per_pos=list(core.accepted_per_pos), tree_size=size, workers=beats,
+                          ready=self.driver.ready(), guesses=ahead.sent, guess_hits=ahead.hits,
+                          overlap=self.driver.overlap())
 
     def _broadcast_stats(self, now: float) -> None:
         forget = self.cfg.heartbeat_timeout_s * GATEWAY_FORGET_FACTOR
@@ -157,3 +179,16 @@ class SchedulerLoop:
                 del self.gateways[gw]
         stats = self._stats()
         self._send([(gw, stats) for gw in self.gateways])
+
+
+def unique_replicas(beats: list[wire.Heartbeat], keys: list[str]) -> list[wire.Heartbeat]:
+    """The heartbeats with each (role, replica) label unique: when two live workers of a
+    role report the same replica name (e.g. two hosts' processes both left at a default),
+    each gets ``-<last 8 hex digits of its ZeroMQ identity>`` appended (ZeroMQ's
+    generated identities differ in their last bytes), so /metrics keeps
+    one series per worker and /health lists each."""
+    seen: dict[tuple, int] = {}
+    for hb in beats:
+        seen[(hb.role, hb.replica)] = seen.get((hb.role, hb.replica), 0) + 1
+    return [msgspec.structs.replace(hb, replica=f"{hb.replica}-{key[-8:]}") if seen[(hb.role, hb.replica)] > 1 else hb
+            for hb, key in zip(beats, keys)]

@@ -32,11 +32,9 @@ import numpy as np
 from common import wire
 from common.config import AUTO
 from common.tree import ROOT, TokenTree, children, select_best
+from common.tree_budget import TreeBudget
 
 GUESS_CONFIDENCE = 0.5  # keep top-path nodes while the draft's path probability is at least this
-GUESS_SIZE_FACTOR = 2  # a guess tree also covers the accepted tail and several bonus candidates
-GUESS_EXTRA_DEPTH = 2  # levels beyond the round's max depth
-MAX_GUESS_SIZE = 256
 
 
 def top_path(tree: TokenTree) -> list[int]:
@@ -130,40 +128,43 @@ class Lookahead:
         would run the next DraftStep only after it anyway)."""
         return bool(self.pending)
 
-    def plan(self, seq, tree: TokenTree, size: int, depth: int) -> wire.DraftSeq | None:
-        """The guess-step entry for ``seq`` (whose tree ``tree`` is being verified, drafted
-        by worker ``seq.draft_replica``), or None when there is nothing to guess from.
-        Marks the guessed tokens as sent to the draft worker."""
-        worker = seq.draft_replica
+    def plan(self, seq, tree: TokenTree, budget: TreeBudget, shape: tuple[int, int]) -> wire.DraftSeq | None:
+        """The guess-step entry for ``seq`` (whose tree ``tree`` of ``shape`` (size, depth)
+        is being verified, drafted by worker ``seq.draft.worker``), or None when there is
+        nothing to guess from. Marks the guessed tokens as sent to the draft worker."""
+        worker = seq.draft.worker
         if len(tree) == 0 or worker is None:
             return None
         toks, path = seq.tokens, guess_path(tree)
-        start = min(seq.draft_seen, len(toks) - (not path))  # the draft needs >= 1 new token
+        start = min(seq.draft.held, len(toks) - (not path))  # the draft needs >= 1 new token
         p = seq.params
-        entry = wire.DraftSeq(seq.request_id, start, toks[start:] + path,
-                              min(size * GUESS_SIZE_FACTOR, MAX_GUESS_SIZE), depth + GUESS_EXTRA_DEPTH,
-                              p.temperature, p.top_p, p.top_k)
-        seq.draft_seen = len(toks) + len(path)
-        self.guesses[seq.request_id] = Guess(len(toks), path, worker)
+        size, depth = budget.guess_shape(*shape)
+        entry = wire.DraftSeq(seq_id=seq.request_id, prefix_len=start, new_tokens=toks[start:] + path,
+                              tree_size=size, max_depth=depth, temperature=p.temperature, top_p=p.top_p,
+                              top_k=p.top_k, grammar=p.grammar,
+                              output=seq.output + path if p.grammar else [])
+        seq.draft.sent(len(toks) + len(path))
+        self.guesses[seq.request_id] = Guess(base=len(toks), path=path, worker=worker)
         self.pending.setdefault(worker, set()).add(seq.request_id)
         self.sent += 1
         return entry
 
-    def send(self, number: int, trees: dict[str, wire.Tree], running: dict, workers, shape: tuple[int, int],
-             deadline: float) -> list[tuple[bytes, wire.DraftStep]]:
+    def send(self, number: int, trees: dict[str, wire.Tree], running: dict, workers, budget: TreeBudget,
+             shape: tuple[int, int], deadline: float) -> list[tuple[bytes, wire.DraftStep]]:
         """Look-ahead DraftSteps (``guess=True``, round ``number``) for the running sequences
         whose ``trees`` are being verified, one per draft worker (``workers``: the
-        WorkerRegistry); ``shape``: this round's (tree size, max depth)."""
+        WorkerRegistry); ``shape``: this round's (tree size, max depth) within ``budget``."""
         groups: dict[str, list[wire.DraftSeq]] = {}
         for sid, tree in trees.items():
             seq = running.get(sid)
-            if seq is None or workers.get(seq.draft_replica) is None or not seq.verifier_replica:
+            if seq is None or workers.get(seq.draft.worker) is None or not seq.verifier.worker:
                 continue
-            entry = self.plan(seq, wire.tree_from_wire(tree), *shape)
+            entry = self.plan(seq, wire.tree_from_wire(tree), budget, shape)
             if entry is not None:
-                groups.setdefault(seq.draft_replica, []).append(entry)
+                groups.setdefault(seq.draft.worker, []).append(entry)
         self.deadline = deadline
-        return [(workers.get(k).identity, wire.DraftStep(number, es, guess=True)) for k, es in groups.items()]
+        return [(workers.get(k).identity, wire.DraftStep(round=number, seqs=es, guess=True))
+                for k, es in groups.items()]
 
     def on_result(self, worker: str, res: wire.DraftResult) -> list[str]:
         """Store a guess step's trees; returns the ids the worker reported lost (none for
@@ -186,14 +187,14 @@ class Lookahead:
 
     def take(self, seq, size: int) -> wire.Tree | None:
         """Resolve ``seq``'s guess against what was committed since it was sent. Returns the
-        hit tree (at most ``size`` nodes) or None; either way fixes ``seq.draft_seen`` to
-        the guessed tokens that turned out right."""
+        hit tree (at most ``size`` nodes) or None; either way rolls the draft placement
+        back to the guessed tokens that turned out right."""
         g = self.guesses.pop(seq.request_id, None)
         if g is None:
             return None
         new = seq.tokens[g.base:]  # accepted tokens + bonus (empty if the round was lost)
         agree = common_prefix(g.path, new)
-        seq.draft_seen = min(seq.draft_seen, g.base + agree)
+        seq.draft.rolled_back(g.base + agree)
         if g.tree is None or agree < len(g.path) or len(new) <= len(g.path) or size == 0:
             return None
         node = descend(g.tree, new[len(g.path):])

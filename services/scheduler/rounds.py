@@ -6,7 +6,7 @@ I/O. One round at a time: DraftStep to each draft worker holding running sequenc
 (all answered, or failed) VerifyStep to each verifier, then commit and TokenDeltas. With
 draft/verify overlap on, a look-ahead DraftStep goes out with the VerifyStep (``overlap.py``).
 A worker that fails (lost, dropped, timed out) only costs its sequences a re-prefill:
-``Sequence.reset_placement`` makes the next round resend every committed token.
+``Placement.lost`` makes the next round resend every committed token.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from common.prefix_hash import block_keys
 from common.tree import TokenTree
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence
 from services.scheduler.overlap import Lookahead, overlap_pays
-from services.scheduler.tree_policy import TreePolicy, choose_tree
+from services.scheduler.tree_policy import TreePolicy
 from services.scheduler.workers import Worker, WorkerRegistry
 
 EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
 MAX_VERIFY_LOSSES = 3  # consecutive rounds a verifier may report a sequence lost before it errors
 Out = tuple[bytes, wire.Message]
-ROLE_ATTR = {wire.Role.DRAFT: "draft_replica", wire.Role.VERIFIER: "verifier_replica"}
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Round:
     phase: wire.Role
     deadline: float  # time.monotonic() seconds
     seq_ids: list[str]
-    draft_seen: dict[str, int]  # draft_seen before the round, restored when not committed
+    draft_held: dict[str, int]  # draft placement before the round, rolled back to when not committed
     pending: dict[str, set[str]] = field(default_factory=dict)
     trees: dict[str, wire.Tree] = field(default_factory=dict)
     outs: dict[str, wire.VerifyOut] = field(default_factory=dict)
@@ -50,20 +49,20 @@ class RoundDriver:
     """Owns the request -> gateway map and the round in flight; see module docstring."""
 
     def __init__(self, core: SchedulerCore, workers: WorkerRegistry, cfg: Config, log,
-                 step_timeout_s: float) -> None:
+                 step_timeout_s: float, policy: TreePolicy | None = None) -> None:
         self.core, self.workers, self.cfg, self.log = core, workers, cfg, log
         self.step_timeout_s = step_timeout_s
         self.owners: dict[str, bytes] = {}  # request id -> gateway identity
         self.losses: dict[str, int] = {}
         self.current: Round | None = None
         self.round_no = 0
-        self.policy = TreePolicy(cfg)
-        self.shape = choose_tree(cfg, 1)  # (size, depth) of the latest round
+        self.policy = policy or TreePolicy(cfg)
+        self.shape = self.policy.budget.default_shape()  # (size, depth) of the latest round
         self.ahead = Lookahead()  # draft/verify overlap (overlap.py)
 
     @property
     def speculative(self) -> bool:
-        return self.cfg.tree_size != 0
+        return self.policy.budget.speculative
 
     def overlap(self) -> bool:
         """Draft/verify overlap is on now (config ``overlap``; auto: separate accelerators)."""
@@ -79,11 +78,12 @@ class RoundDriver:
     def submit(self, gateway: bytes, msg: wire.Submit) -> list[Out]:
         """Queue a request, or answer Rejected (503 not ready, 400 invalid, 429 full)."""
         if not self.ready():
-            return [(gateway, wire.Rejected(msg.request_id, 503, "no draft/verifier worker is ready"))]
+            return [(gateway, wire.Rejected(request_id=msg.request_id, status=503,
+                                            reason="no draft/verifier worker is ready"))]
         try:
             self.core.submit(msg)
         except AdmissionError as exc:
-            return [(gateway, wire.Rejected(msg.request_id, exc.status, exc.reason))]
+            return [(gateway, wire.Rejected(request_id=msg.request_id, status=exc.status, reason=exc.reason))]
         self.owners[msg.request_id] = gateway
         self.log.info("submitted", request_id=msg.request_id, prompt_tokens=len(msg.prompt))
         return []
@@ -99,14 +99,15 @@ class RoundDriver:
     # ---- placement ----------------------------------------------------------------------
     def _unplace(self, seq: Sequence, role: wire.Role) -> list[Out]:
         """Forget ``seq``'s KV on its ``role`` worker; tell that worker to free it."""
-        w = self.workers.get(getattr(seq, ROLE_ATTR[role]))
-        seen = seq.draft_seen if role == wire.Role.DRAFT else seq.verifier_seen
-        seq.reset_placement(role)
+        placement = seq.placement(role)
+        w = self.workers.get(placement.worker)
+        held = min(placement.held, len(seq.tokens))
+        placement.lost()
         if w is None:
             return []
         w.seqs.discard(seq.request_id)
-        w.prefix.add(self._keys(seq.tokens[:seen]))  # the worker retains the blocks it held
-        return [(w.identity, wire.Free([seq.request_id]))]
+        w.prefix.add(self._keys(seq.tokens[:held]))  # the worker retains the blocks it held
+        return [(w.identity, wire.Free(seq_ids=[seq.request_id]))]
 
     def _keys(self, tokens: list[int]) -> list[int]:
         """Prefix-cache block keys of ``tokens`` (none when the cache is off)."""
@@ -118,20 +119,22 @@ class RoundDriver:
         return self._unplace(seq, wire.Role.DRAFT) + self._unplace(seq, wire.Role.VERIFIER)
 
     def _place(self, seq: Sequence, role: wire.Role) -> Worker | None:
-        w = self.workers.get(getattr(seq, ROLE_ATTR[role]))
+        placement = seq.placement(role)
+        w = self.workers.get(placement.worker)
         if w is None:
             keys = self._keys(seq.tokens)
             w = self.workers.pick(role, keys)
             if w is None:
                 return None
-            setattr(seq, ROLE_ATTR[role], w.key)
+            placement.place(w.key)
             w.seqs.add(seq.request_id)
             w.prefix.add(keys)
         return w
 
     def _final(self, seq: Sequence, reason: wire.FinishReason, error: str | None = None) -> list[Out]:
         gw = self.owners.pop(seq.request_id, None)
-        delta = wire.TokenDelta(seq.request_id, [], None, reason, error, len(seq.prompt))
+        delta = wire.TokenDelta(request_id=seq.request_id, tokens=[], finish=reason, error=error,
+                                prompt_tokens=len(seq.prompt))
         return [] if gw is None else [(gw, delta)]
 
     def _fail_all(self, error: str) -> list[Out]:
@@ -163,8 +166,9 @@ class RoundDriver:
             self.shape = (size, depth)
         guessed = {s.request_id: t for s in seqs if (t := self.ahead.take(s, size)) is not None}
         self.round_no += 1
-        rnd = Round(self.round_no, wire.Role.DRAFT, now + self.step_timeout_s, [s.request_id for s in seqs],
-                    {s.request_id: s.draft_seen for s in seqs}, trees=guessed, guessed=len(guessed))
+        rnd = Round(number=self.round_no, phase=wire.Role.DRAFT, deadline=now + self.step_timeout_s,
+                    seq_ids=[s.request_id for s in seqs], draft_held={s.request_id: s.draft.held for s in seqs},
+                    trees=guessed, guessed=len(guessed))
         self.current = rnd
         groups: dict[str, list[wire.DraftSeq]] = {}
         for s in seqs:
@@ -174,7 +178,7 @@ class RoundDriver:
         out = []
         for key, entries in groups.items():
             rnd.pending[key] = {e.seq_id for e in entries}
-            out.append((self.workers.get(key).identity, wire.DraftStep(rnd.number, entries)))
+            out.append((self.workers.get(key).identity, wire.DraftStep(round=rnd.number, seqs=entries)))
         return out if out else self._start_verify(now)
 
     def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
@@ -212,21 +216,21 @@ class RoundDriver:
         groups: dict[str, list[wire.VerifySeq]] = {}
         for sid in rnd.seq_ids:
             seq = self.core.running.get(sid)
-            w = self.workers.get(seq.verifier_replica) if seq is not None else None
+            w = self.workers.get(seq.verifier.worker) if seq is not None else None
             if w is not None:
                 groups.setdefault(w.key, []).append(self.core.verify_seq(seq, rnd.trees.get(sid, EMPTY_TREE)))
         out = []
         for key, entries in groups.items():
             rnd.pending[key] = {e.seq_id for e in entries}
-            out.append((self.workers.get(key).identity, wire.VerifyStep(rnd.number, entries)))
+            out.append((self.workers.get(key).identity, wire.VerifyStep(round=rnd.number, seqs=entries)))
         return out + self._send_guesses(rnd, now) if out else self._finish()
 
     def _send_guesses(self, rnd: Round, now: float) -> list[Out]:
         """Overlap: while the verifier scores this round's trees, draft the next round's."""
         if not self.overlap():
             return []
-        return self.ahead.send(rnd.number + 1, rnd.trees, self.core.running, self.workers, self.shape,
-                               now + self.step_timeout_s)
+        return self.ahead.send(rnd.number + 1, rnd.trees, self.core.running, self.workers, self.policy.budget,
+                               self.shape, now + self.step_timeout_s)
 
     def _on_guess(self, key: str, res: wire.DraftResult) -> list[Out]:
         out: list[Out] = []
@@ -264,7 +268,7 @@ class RoundDriver:
             if seq is None:
                 continue
             if sid not in rnd.outs:
-                seq.draft_seen = min(seq.draft_seen, rnd.draft_seen[sid])
+                seq.draft.rolled_back(rnd.draft_held[sid])
                 continue
             tree = rnd.trees.get(sid, EMPTY_TREE)
             self.policy.observe(wire.tree_from_wire(tree), rnd.outs[sid].accepted)
@@ -275,7 +279,8 @@ class RoundDriver:
             if gw is not None:
                 out.append((gw, delta))
             if delta.finish is not None:
-                self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output))
+                self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output),
+                              verify_steps=seq.verify_steps)
                 self.owners.pop(sid, None)
                 out += self._release(seq)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted, from_guess=rnd.guessed)
@@ -300,7 +305,8 @@ class RoundDriver:
     def check_deadline(self, now: float) -> list[Out]:
         """Drop the workers whose reply to the round in flight (or to a look-ahead step) is
         overdue (a lost reply must not hang the round); their sequences are re-placed."""
-        out = self._drop_overdue(list(self.ahead.pending), now) if self.ahead.busy() and now >= self.ahead.deadline else []
+        out = self._drop_overdue(list(self.ahead.pending),
+                                 now) if self.ahead.busy() and now >= self.ahead.deadline else []
         rnd = self.current
         if rnd is None or now < rnd.deadline:
             return out

@@ -1,4 +1,4 @@
-"""How big a draft tree to ask for: the one place that decides tree size and depth.
+"""How big a draft tree to ask for, within the tree budget (``common/tree_budget.py``).
 
 ``tree_size`` N in the config forces N nodes; 0 turns speculation off; ``auto`` (the
 default) picks the shape that maximises expected committed tokens per second, from
@@ -27,30 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.config import AUTO, Config
+from common.config import Config
 from common.tree import TokenTree, depths
+from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
 
-AUTO_DEFAULT_SIZE = 16  # nodes, used until costs and acceptance are measured
-AUTO_MAX_NODES = 64  # largest tree "auto" considers; workers reserve KV rows for it
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 EXPLORE_EVERY = 8  # rounds
 EXPLORE_EXTRA_DEPTH = 2  # an explore round drafts 2 * best depth + this many levels (cheap under load)
 MIN_WEIGHT = 0.5  # decayed observations a (size, depth) estimate needs before it is used
 DECAY = 0.98  # weight of older rounds (adapts to the prompt at hand)
-
-
-def choose_tree(cfg: Config, batch_size: int) -> tuple[int, int]:
-    """(tree nodes, max depth) from the config alone; (0, 0) = plain decoding."""
-    if cfg.tree_size == AUTO:
-        return AUTO_DEFAULT_SIZE, cfg.max_accept_length
-    if cfg.tree_size == 0:
-        return 0, 0
-    return int(cfg.tree_size), min(cfg.max_accept_length, int(cfg.tree_size))
-
-
-def max_tree_nodes(cfg: Config) -> int:
-    """Most tree nodes a round can ask for: KV rows a worker keeps free past the prefix."""
-    return AUTO_MAX_NODES if cfg.tree_size == AUTO else int(cfg.tree_size)
 
 
 @dataclass(frozen=True)
@@ -113,7 +98,7 @@ class TreePolicy:
     """Chooses (size, depth) per round from cost curves and the acceptance table."""
 
     def __init__(self, cfg: Config, width: int = 4) -> None:
-        self.cfg, self.width = cfg, width
+        self.budget, self.width = TreeBudget.from_config(cfg), width
         self.max_depth = cfg.max_accept_length
         self.table = AcceptanceTable(self.max_depth)
         self.verify: CostCurve | None = None
@@ -132,8 +117,8 @@ class TreePolicy:
 
     def choose(self, batch: int) -> tuple[int, int]:
         """(tree nodes, max depth) for a round of ``batch`` sequences; (0, 0) = plain."""
-        if self.cfg.tree_size != AUTO:
-            return choose_tree(self.cfg, batch)
+        if not self.budget.auto:
+            return self.budget.default_shape()
         self.rounds += 1
         if self.verify is None or self.draft is None:
             self.last_reason = "default until measured"

@@ -8,6 +8,7 @@ import time
 import torch
 
 from common import wire
+from common.modeling.grammar import GrammarMasks, apply_mask
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
 from common.modeling.prefix_cache import PrefixCache
@@ -21,16 +22,19 @@ from services.verifier.acceptance import greedy_accept, sample_accept
 class VerifierRunner:
     """Owns the main model and its KV cache; ``step`` answers one VerifyStep."""
 
-    def __init__(self, model: DecoderModel, slots: int, max_len: int, prefix_blocks: int = 0,
-                 block_size: int = 16) -> None:
+    def __init__(self, model: DecoderModel, slots: int, max_len: int,
+                 grammar: GrammarMasks | None = None, prefix_blocks: int = 0, block_size: int = 16) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
         prefix = PrefixCache(self.cache, prefix_blocks, block_size) if prefix_blocks > 0 else None
         self.table = SlotTable(self.cache, model.spec.vocab_size, prefix)
+        self.grammar = grammar  # constrained decoding (SamplingParams.grammar); None = refused
 
     def free(self, seq_ids: list[str], keep: bool = True) -> None:
         """Release sequences; ``keep``: retain their KV blocks in the prefix cache."""
         self.table.free(seq_ids, keep)
+        if self.grammar is not None:
+            self.grammar.free(seq_ids)
 
     def step(self, msg: wire.VerifyStep) -> wire.VerifyResult:
         """Score all trees in one forward pass, accept, commit; unknown sequences are lost."""
@@ -45,7 +49,7 @@ class VerifierRunner:
                 seqs.append(s)
                 trees.append(tree)
         outs = self._verify(seqs, trees) if seqs else {}
-        return wire.VerifyResult(msg.round, outs, lost, (time.perf_counter() - t0) * 1e3)
+        return wire.VerifyResult(round=msg.round, outs=outs, lost=lost, verify_ms=(time.perf_counter() - t0) * 1e3)
 
     def _tree(self, s: wire.VerifySeq) -> TokenTree | None:
         """The sequence's draft tree, or None when it is malformed or out of vocabulary."""
@@ -79,7 +83,8 @@ class VerifierRunner:
         """Acceptance for one sequence; lg: ``[n + 1, V]`` raw fp32 logits."""
         prm = s.params
         kids = children(tree.parents)
-        scores = ban_until_min_tokens(penalized(lg, prm, tree, s.history), tree, s.banned, s.ban_depth)
+        pen = penalized(lg, prm, tree, s.history)
+        scores = self._constrain(s, tree, ban_until_min_tokens(pen, tree, s.banned, s.ban_depth), pen)
         if prm.temperature <= 0:
             accepted, bonus = greedy_accept(tree.tokens, kids, greedy(scores).numpy())
         else:
@@ -87,7 +92,18 @@ class VerifierRunner:
             gen = torch.Generator().manual_seed(s.seed)
             accepted, bonus = sample_accept(tree.tokens, kids, probs, gen)
         lps = token_logprobs(lg, tree, accepted, bonus, prm.logprobs) if prm.logprobs is not None else None
-        return wire.VerifyOut(accepted, bonus, lps)
+        return wire.VerifyOut(accepted=accepted, bonus=bonus, logprobs=lps)
+
+
+    def _constrain(self, s: wire.VerifySeq, tree: TokenTree, scores: torch.Tensor,
+                   unbanned: torch.Tensor) -> torch.Tensor:
+        """Grammar mask per tree row (``common.modeling.grammar``), before acceptance."""
+        if s.params.grammar is None:
+            return scores
+        if self.grammar is None:
+            raise ValueError("this verifier has no tokenizer for grammar-constrained decoding")
+        m = self.grammar.matcher(s.seq_id, s.params.grammar, s.history)
+        return apply_mask(scores, self.grammar.row_masks(m, tree.tokens, tree.parents), unbanned)
 
 
 def penalized(lg: torch.Tensor, prm: wire.SamplingParams, tree: TokenTree, history: list[int]) -> torch.Tensor:
@@ -128,7 +144,7 @@ def token_logprobs(lg: torch.Tensor, tree: TokenTree, accepted: list[int], bonus
         if top:
             v, i = torch.topk(lp[r], top)
             alts = [(int(a), float(b)) for a, b in zip(i.tolist(), v.tolist())]
-        out.append(wire.TokenLogprob(float(lp[r, t]), alts))
+        out.append(wire.TokenLogprob(logprob=float(lp[r, t]), top=alts))
     return out
 
 

@@ -31,6 +31,7 @@ import torch.multiprocessing as mp
 from common import wire
 from common.modeling.loader import DTYPES, load_weights
 from common.modeling.model import DecoderModel, ModelSpec
+from common.modeling.quant import Int4Weight
 from services.verifier.runner import VerifierRunner
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def shard_weights(weights: dict[str, torch.Tensor], spec: ModelSpec, rank: int, 
 
 
 def _shard_one(name: str, w, spec: ModelSpec, rank: int, world: int) -> torch.Tensor:
-    if isinstance(w, tuple):
+    if isinstance(w, Int4Weight):
         raise ValueError(f"{name}: int4-quantized weights cannot be sharded")
     if name.endswith((".qkv.weight", ".qkv.bias")):
         d = spec.head_dim
@@ -205,7 +206,7 @@ class TensorParallelVerifier:
     def free(self, seq_ids: list[str], keep: bool = True) -> None:
         """Release sequences on every rank (tensor-parallel runs have no prefix cache: ``keep``
         is accepted for the runner interface and has no effect)."""
-        _broadcast_bytes(wire.encode(wire.Free(list(seq_ids))), self._device, self._group)
+        _broadcast_bytes(wire.encode(wire.Free(seq_ids=list(seq_ids))), self._device, self._group)
         self.runner.free(seq_ids)
 
     def close(self) -> None:

@@ -9,9 +9,11 @@ from common import wire
 from common.config import AUTO, Config
 from common.modeling.budget import plan_prefix_blocks, plan_slots
 from common.modeling.devices import device_ids
-from common.modeling.build import TREE_HEADROOM, eos_ids, main_model
+from common.modeling.build import eos_ids, main_model
 from common.modeling.runner import measure_forward_ms
+from common.tree_budget import TreeBudget
 from common.tree import TokenTree
+from common.modeling.grammar import GrammarMasks
 from services.verifier.runner import VerifierRunner
 from services.worker import WARMUP_ID, WARMUP_TOKENS, prefix_stats
 
@@ -39,22 +41,25 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
     if cfg.tensor_parallel_size > 1:
         return _build_tensor_parallel(cfg, replica, log)
     model, tok = main_model(cfg)
-    slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
+    slots, max_len = plan_slots(cfg, model, TreeBudget.from_config(cfg).kv_headroom)
     blocks = plan_prefix_blocks(cfg, model, slots, max_len)
-    runner = VerifierRunner(model, slots, max_len, blocks, cfg.prefix_cache_block_size)
+    runner = VerifierRunner(model, slots, max_len, GrammarMasks.from_hf(tok, model.spec.vocab_size, eos_ids(tok)),
+                            blocks, cfg.prefix_cache_block_size)
     _warm_up(runner)
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
     log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost,
              prefix_cache_blocks=blocks)
-    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)), cost,
-                       device_ids(cfg.device))
+    hello = wire.Hello(role=wire.Role.VERIFIER, replica=replica, pid=os.getpid(), slots_total=slots, max_len=max_len,
+                       eos_ids=sorted(eos_ids(tok)), cost_ms=cost,
+                       devices=device_ids(cfg.device))
     return VerifierWorker(runner, hello)
 
 
 def _warm_up(runner) -> None:
     empty = wire.tree_to_wire(TokenTree.empty())
-    seq = wire.VerifySeq(WARMUP_ID, 0, WARMUP_TOKENS, empty, wire.SamplingParams())
-    runner.step(wire.VerifyStep(0, [seq]))
+    seq = wire.VerifySeq(seq_id=WARMUP_ID, prefix_len=0, new_tokens=WARMUP_TOKENS, tree=empty,
+                         params=wire.SamplingParams())
+    runner.step(wire.VerifyStep(round=0, seqs=[seq]))
     runner.free([WARMUP_ID], keep=False)
 
 
@@ -63,13 +68,14 @@ def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:
     ZeroMQ; slots are sized as for one rank holding the whole KV (conservative)."""
     from services.verifier import tensor_parallel
     model, tok = main_model(cfg)
-    slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
+    slots, max_len = plan_slots(cfg, model, TreeBudget.from_config(cfg).kv_headroom)
     del model
     tp = tensor_parallel.build_verifier(cfg.main_model_path, cfg.dtype, slots, max_len,
                                         cfg.tensor_parallel_size, cfg.device)
     _warm_up(tp)
     log.info("tensor-parallel verifier ready", ranks=cfg.tensor_parallel_size, slots=slots, max_len=max_len)
     devices = device_ids(tensor_parallel.rank_device(cfg.device, 0), cfg.tensor_parallel_size)
-    hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)),
+    hello = wire.Hello(role=wire.Role.VERIFIER, replica=replica, pid=os.getpid(), slots_total=slots, max_len=max_len,
+                       eos_ids=sorted(eos_ids(tok)),
                        devices=devices)
     return VerifierWorker(tp, hello)

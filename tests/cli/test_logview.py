@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -83,3 +84,41 @@ class TestSource:
         assert source.read_new() == ["one", "two"]
         log.write_text("three\n")
         assert source.read_new() == ["three"]
+
+
+def _rec(service: str, replica: str, second: int, event: str, **extra) -> str:
+    return json.dumps({"timestamp": f"2025-03-01T12:00:{second:02d}Z", "level": extra.pop("level", "info"),
+                       "event": event, "service": service, "replica": replica, **extra})
+
+
+class TestFiltersOnEveryLine:
+    def test_leading_non_json_lines_hidden_by_request_filter(self, tmp_path):
+        """Progress bars and warnings printed before a file's first record are hidden by
+        --request-id (they belong to no request) but shown without filters."""
+        log = tmp_path / "draft-0.log"
+        log.write_text("Loading weights: 100%|##########| 290/290\nUserWarning: something\n"
+                       + _rec("draft", "0", 1, "sequence placed", request_id="req-a") + "\n"
+                       + _rec("draft", "0", 2, "sequence placed", request_id="req-b") + "\n")
+        shown = logview.FileMerger([log], logview.Filter(request_id="req-a")).poll(final=True)
+        assert [line.record["request_id"] for line in shown] == ["req-a"]
+        assert len(logview.FileMerger([log], logview.Filter()).poll(final=True)) == 4
+
+    def test_compose_stream_prefix_names_the_origin(self):
+        """In `docker compose logs` output, a non-JSON line is judged by its own prefix: --service
+        hides other services' lines, --request-id hides lines before a matching record, and a
+        traceback after a matching error record of the same container is kept although other
+        containers' lines come in between."""
+        text = "\n".join([
+            "verifier-1  | Loading checkpoint shards: 100%",
+            "draft-1     | Loading weights: 50%",
+            "draft-1     | " + _rec("draft", "abc", 1, "step failed", level="error", request_id="req-a"),
+            "verifier-1  | " + _rec("verifier", "def", 2, "sequence placed", request_id="req-b"),
+            "draft-1     | Traceback (most recent call last):",
+            "verifier-1  | a stray verifier print",
+        ]) + "\n"
+        by_service = list(logview.stream(io.StringIO(text), logview.Filter(services=frozenset({"draft"}))))
+        assert [line.raw.split("|", 1)[1].strip()[:9] for line in by_service] == ["Loading w", '{"timesta',
+                                                                                  "Traceback"]
+        by_request = list(logview.stream(io.StringIO(text), logview.Filter(request_id="req-a")))
+        assert [line.raw.split("|", 1)[0].strip() for line in by_request] == ["draft-1", "draft-1"]
+        assert by_request[1].raw.endswith("Traceback (most recent call last):")

@@ -23,9 +23,9 @@ class TestFraming:
         ctx = zmq.Context()
         router, _ = _pair(ctx, "inproc://framing")
         dealer = transport.connect_dealer(ctx, "inproc://framing")
-        dealer.send(wire.encode(wire.Abort("r1")))
+        dealer.send(wire.encode(wire.Abort(request_id="r1")))
         ident, msg = transport.split_router(router.recv_multipart())
-        assert msg == wire.Abort("r1") and ident
+        assert msg == wire.Abort(request_id="r1") and ident
         router.close(), dealer.close(), ctx.term()
 
     def test_extra_frames_raise_wire_error(self):
@@ -45,12 +45,12 @@ class TestCurve:
         good = transport.connect_dealer(ctx, addr, str(tmp_path))
         bad = transport.connect_dealer(ctx, addr, str(tmp_path), cert="stranger")
         for sock in (good, bad):
-            sock.send(wire.encode(wire.Abort("x")))
+            sock.send(wire.encode(wire.Abort(request_id="x")))
         assert router.poll(3000)
         ident, _ = transport.split_router(router.recv_multipart())
         assert not router.poll(1000)  # the stranger's message never arrives
-        router.send_multipart([ident, wire.encode(wire.Abort("ok"))])
-        assert wire.decode(good.recv()) == wire.Abort("ok")
+        router.send_multipart([ident, wire.encode(wire.Abort(request_id="ok"))])
+        assert wire.decode(good.recv()) == wire.Abort(request_id="ok")
         for s in (good, bad, router):
             s.close()
         auth.stop()

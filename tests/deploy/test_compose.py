@@ -1,4 +1,4 @@
-"""compose.yaml: valid Compose Specification, scalable, GPU-reserving, health-gated."""
+"""compose*.yaml: valid Compose Specification, scalable, GPU-reserving, health-gated, safe defaults."""
 
 from __future__ import annotations
 
@@ -19,28 +19,78 @@ from treespec.cli import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose.yaml"
+CPU_OVERRIDE = REPO / "compose.cpu.yaml"
+MONITORING = REPO / "compose.monitoring.yaml"
 SPEC = REPO / "tests" / "data" / "compose_spec" / "compose-spec.json"  # vendored, see SOURCE.txt
 SPEC_COMPOSE_GO = SPEC.with_name("compose-spec.compose-go.json")
 SCALABLE = ("draft", "verifier")
 WORKERS = ("scheduler", "gateway", "draft", "verifier")
-_VAR = re.compile(r"\$(?:\$|\{(\w+)(?::?-([^}]*))?\}|(\w+))")
+_VAR = re.compile(r"\$(?:\$|\{(\w+)(?:(:?-|:\?)([^}]*))?\}|(\w+))")
+
+
+class MissingVariable(ValueError):
+    """A ``${VAR:?message}`` whose variable is unset or empty."""
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's variable substitution: ${VAR}, ${VAR:-default}, ${VAR-default}, $VAR, $$."""
+    """Compose's variable substitution: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, $VAR, $$.
+
+    Raises MissingVariable for ``${VAR:?message}`` with VAR unset or empty (Compose fails too).
+    """
     def sub(m: re.Match) -> str:
         if m.group(0) == "$$":
-            return "$"
-        name = m.group(1) or m.group(3)
-        default = m.group(2)
+            return "$$"  # kept for the second pass below, like Compose's escape
+        name, op, arg = m.group(1) or m.group(4), m.group(2), m.group(3)
         value = env.get(name)
-        return value if value not in (None, "") else (default or "")
-    return _VAR.sub(sub, text)
+        if op == ":?" and value in (None, ""):
+            raise MissingVariable(f"{name}: {arg}")
+        if op == "-":
+            return arg if value is None else value
+        return value if value not in (None, "") else (arg or "")
+    return _VAR.sub(sub, text).replace("$$", "$")
 
 
-def load(env: dict[str, str] | None = None) -> dict:
-    """compose.yaml after interpolation with ``env`` (default: nothing set)."""
-    return yaml.safe_load(interpolate(COMPOSE.read_text(), env or {}))
+class ComposeLoader(yaml.SafeLoader):
+    """safe_load plus Compose's ``!reset`` / ``!override`` merge tags."""
+
+
+class Reset:
+    """Marker for a ``!reset`` value: the merge removes the key."""
+
+
+ComposeLoader.add_constructor("!reset", lambda loader, node: Reset())
+ComposeLoader.add_constructor("!override", lambda loader, node: (
+    loader.construct_mapping(node, deep=True) if isinstance(node, yaml.MappingNode)
+    else loader.construct_sequence(node, deep=True)))
+
+
+def load(env: dict[str, str] | None = None, path: Path = COMPOSE) -> dict:
+    """A compose file after interpolation with ``env`` (default: nothing set)."""
+    return yaml.load(interpolate(path.read_text(), env or {}), Loader=ComposeLoader)
+
+
+def merge(base, override):
+    """Compose's merge of an override file for the keys used here: mappings merge
+    recursively, ``!reset`` removes, anything else replaces."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            if isinstance(value, Reset):
+                out.pop(key, None)
+            else:
+                out[key] = merge(base.get(key), value)
+        return out
+    return override
+
+
+def schema_errors(doc: dict) -> list[str]:
+    """Errors of ``doc`` against both vendored Compose schemas."""
+    errors = []
+    for spec in (SPEC, SPEC_COMPOSE_GO):
+        schema = json.loads(spec.read_text())
+        errors += [f"{spec.name} {list(e.path)}: {e.message}"
+                   for e in jsonschema.validators.validator_for(schema)(schema).iter_errors(doc)]
+    return errors
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +102,8 @@ def treespec_invocations(command: list[str] | str) -> list[list[str]]:
     """Every ``treespec ...`` command line in a service command (list or ``sh -c`` script)."""
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     if argv[:1] == ["sh"] and len(argv) >= 3 and argv[1].startswith("-") and "c" in argv[1]:
-        return [shlex.split(line) for line in argv[2].splitlines() if line.strip().startswith("treespec ")]
+        lines = [shlex.split(line.strip().removeprefix("exec ")) for line in argv[2].splitlines()]
+        return [line for line in lines if line[:1] == ["treespec"]]
     return [argv] if argv[:1] == ["treespec"] else []
 
 
@@ -80,13 +131,16 @@ class TestSchema:
     def test_interpolate_rules(self):
         """The test's interpolation follows Compose: defaults on unset/empty, $$ escapes."""
         assert interpolate("${A:-x} ${B-y} $$C ${D}", {"A": "", "D": "d"}) == "x y $C d"
+        assert interpolate("${B-y}", {"B": ""}) == ""
+        with pytest.raises(MissingVariable, match="say why"):
+            interpolate("${P:?say why}", {"P": ""})
 
 
 class TestServices:
     def test_services_present(self, compose):
-        """The four services plus the one-shot models job and the monitoring pair exist."""
-        assert {"gateway", "scheduler", "draft", "verifier", "models", "prometheus", "grafana"} <= set(
-            compose["services"])
+        """The four services plus the one-shot models job exist; monitoring lives in its own file."""
+        assert set(compose["services"]) == {"gateway", "scheduler", "draft", "verifier", "models"}
+        assert set(load({"GRAFANA_ADMIN_PASSWORD": "x"}, MONITORING)["services"]) == {"prometheus", "grafana"}
 
     def test_commands_are_treespec_subcommands(self, compose):
         """Every treespec invocation names a subcommand registered in treespec/cli.py."""
@@ -96,17 +150,32 @@ class TestServices:
             for argv in calls:
                 assert argv[1] in COMMANDS, f"{name}: unknown subcommand {argv[1]!r}"
         for name in WORKERS:
-            assert compose["services"][name]["command"][1] == name
+            (argv,) = treespec_invocations(compose["services"][name]["command"])
+            assert argv[1] == name
 
     def test_models_job_fetches_into_volume(self, compose):
-        """The models job fetches and verifies into /data/models on the `models` volume."""
+        """The models job fetches, verifies and converts into /data/models on the `models` volume."""
         models = compose["services"]["models"]
         calls = treespec_invocations(models["command"])
         assert ["treespec", "models", "fetch", "--cache-dir", "/data/models"] in calls
         assert ["treespec", "models", "verify", "--cache-dir", "/data/models"] in calls
+        (convert,) = [c for c in calls if c[:3] == ["treespec", "models", "convert"]]
+        assert convert[convert.index("--only") + 1] in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
         assert "models:/data/models" in models["volumes"]
         assert models["restart"] == "no"
         assert "models" in compose["volumes"]
+
+    @pytest.mark.parametrize("name", ("gateway", "draft", "verifier"))
+    def test_models_volume_read_only_in_services(self, compose, name):
+        """Only the models job writes the models volume; services mount it read-only."""
+        (volume,) = [v for v in compose["services"][name]["volumes"] if v.startswith("models:")]
+        assert volume == "models:/data/models:ro"
+
+    @pytest.mark.parametrize("name", SCALABLE)
+    def test_replica_is_container_hostname(self, compose, name):
+        """Each draft/verifier replica passes its container hostname as --replica (unique per replica)."""
+        (argv,) = treespec_invocations(compose["services"][name]["command"])
+        assert argv[argv.index("--replica") + 1] == "$HOSTNAME"
 
     @pytest.mark.parametrize("name", SCALABLE)
     def test_scalable_services(self, compose, name):
@@ -115,10 +184,23 @@ class TestServices:
         assert "container_name" not in svc
         assert "ports" not in svc
 
-    def test_gateway_publishes_8000(self, compose):
-        """The gateway publishes container port 8000 (host port overridable)."""
-        assert compose["services"]["gateway"]["ports"] == ["8000:8000"]
-        assert load({"TREESPEC_GATEWAY_PORT": "9000"})["services"]["gateway"]["ports"] == ["9000:8000"]
+    def test_gateway_publishes_on_localhost(self, compose):
+        """The gateway publishes port 8000 on 127.0.0.1 unless a bind address is set."""
+        assert compose["services"]["gateway"]["ports"] == ["127.0.0.1:8000:8000"]
+        env = {"TREESPEC_GATEWAY_PORT": "9000", "TREESPEC_BIND_ADDRESS": "0.0.0.0"}
+        assert load(env)["services"]["gateway"]["ports"] == ["0.0.0.0:9000:8000"]
+
+    def test_secrets_mounted(self, compose):
+        """API keys and CURVE keys come from Compose secrets the config keys point at."""
+        services = compose["services"]
+        assert "api_keys.json" in services["gateway"]["secrets"]
+        assert services["gateway"]["environment"]["TREESPEC_API_KEYS_FILE"] == "/run/secrets/api_keys.json"
+        for name in WORKERS:
+            assert "curve" in services[name]["secrets"], name
+            assert services[name]["environment"]["TREESPEC_CURVE_DIR"] == "/run/secrets/curve"
+        assert compose["secrets"]["curve"]["file"] == "./secrets/curve"
+        moved = load({"TREESPEC_SECRETS_DIR": "/srv/ts"})["secrets"]["api_keys.json"]["file"]
+        assert moved == "/srv/ts/api_keys.json"
 
     def test_scheduler_binds_everyone_connects(self, compose):
         """The scheduler binds 0.0.0.0:5710; all services connect to scheduler:5710."""
@@ -177,25 +259,82 @@ class TestServices:
         for name in WORKERS:
             svc = compose["services"][name]
             assert svc["configs"][0]["target"] == "/etc/treespec/treespec.toml"
-            assert svc["command"][-2:] == ["--config", "/etc/treespec/treespec.toml"]
+            (argv,) = treespec_invocations(svc["command"])
+            assert argv[-2:] == ["--config", "/etc/treespec/treespec.toml"]
 
-    def test_monitoring_profile(self, compose):
-        """Prometheus and Grafana start only with --profile monitoring; their files exist."""
-        for name in ("prometheus", "grafana"):
-            svc = compose["services"][name]
-            assert svc["profiles"] == ["monitoring"]
+
+class TestMonitoring:
+    ENV = {"GRAFANA_ADMIN_PASSWORD": "s3cret-long"}
+
+    def test_valid(self):
+        """compose.monitoring.yaml validates against both Compose schemas."""
+        assert not schema_errors(load(self.ENV, MONITORING))
+
+    def test_grafana_password_required(self):
+        """Without GRAFANA_ADMIN_PASSWORD the file does not load (no `admin` default)."""
+        with pytest.raises(MissingVariable, match="GRAFANA_ADMIN_PASSWORD"):
+            load({}, MONITORING)
+        grafana = load(self.ENV, MONITORING)["services"]["grafana"]
+        assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret-long"
+
+    def test_published_on_localhost(self):
+        """Prometheus and Grafana publish on 127.0.0.1 unless a bind address is set."""
+        services = load(self.ENV, MONITORING)["services"]
+        assert services["prometheus"]["ports"] == ["127.0.0.1:9090:9090"]
+        assert services["grafana"]["ports"] == ["127.0.0.1:3000:3000"]
+        public = load({**self.ENV, "TREESPEC_BIND_ADDRESS": "0.0.0.0"}, MONITORING)["services"]
+        assert public["grafana"]["ports"] == ["0.0.0.0:3000:3000"]
+
+    def test_mounted_files_exist(self):
+        """Every ./ path the monitoring services mount is in the repo."""
+        for svc in load(self.ENV, MONITORING)["services"].values():
             for volume in svc["volumes"]:
                 source = volume.split(":")[0]
                 if source.startswith("./"):
                     assert (REPO / source).exists(), volume
 
 
+class TestCpuOverride:
+    @pytest.fixture(scope="class")
+    def merged(self) -> dict:
+        return merge(load(), load(path=CPU_OVERRIDE))
+
+    def test_valid(self, merged):
+        """compose.cpu.yaml and the merged result validate against both Compose schemas."""
+        override = load(path=CPU_OVERRIDE)
+        for svc in override["services"].values():  # the schema has no !reset: drop markers
+            svc.pop("deploy", None)
+        assert not schema_errors(override)
+        assert not schema_errors(merged)
+
+    @pytest.mark.parametrize("name", ("models", *SCALABLE))
+    def test_cpu_image(self, merged, name):
+        """Workers and the models job build the CPU image, torch from PyTorch's CPU index by default."""
+        svc = merged["services"][name]
+        assert svc["image"] == "treespec-cpu:latest"
+        assert svc["build"]["dockerfile"] == "docker/Dockerfile.cpu"
+        assert svc["build"]["args"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+        assert (REPO / svc["build"]["dockerfile"]).exists()
+
+    def test_index_url_can_be_emptied(self):
+        """TORCH_INDEX_URL= (set, empty) leaves only PyPI + docker/wheels (the smoke run)."""
+        doc = load({"TORCH_INDEX_URL": ""}, CPU_OVERRIDE)
+        assert doc["services"]["draft"]["build"]["args"]["TORCH_INDEX_URL"] == ""
+
+    @pytest.mark.parametrize("name", SCALABLE)
+    def test_no_gpu(self, merged, name):
+        """On CPU hosts draft and verifier run on the CPU and reserve no GPU."""
+        svc = merged["services"][name]
+        assert "deploy" not in svc
+        assert svc["environment"]["TREESPEC_DEVICE"] == "cpu"
+        assert svc["environment"]["TREESPEC_SCHEDULER_ADDRESS"] == "tcp://scheduler:5710"
+
+
 class TestImages:
     def test_dockerfiles_run_as_non_root(self):
-        """Both images switch to an unprivileged user."""
-        for name in ("Dockerfile.slim", "Dockerfile.gpu"):
-            text = (REPO / "docker" / name).read_text()
-            assert re.search(r"^USER treespec$", text, re.M), name
+        """Every image switches to the numeric unprivileged uid 10001 (runAsNonRoot can check it)."""
+        for path in sorted((REPO / "docker").glob("Dockerfile.*")):
+            assert re.findall(r"^USER (.+)$", path.read_text(), re.M) == ["10001:10001"], path.name
 
     def test_slim_requirements_have_no_torch(self):
         """The slim image's requirement list drops torch and everything that pulls it in."""
@@ -224,10 +363,12 @@ def _compose_v2() -> list[str] | None:
 
 @pytest.mark.skipif(_compose_v2() is None, reason="no Docker Compose v2 binary installed "
                     "(no PyPI or Debian bookworm package ships one; schema validation above covers the file)")
-def test_docker_compose_config():
-    """`docker compose config` (no engine needed) accepts the file, with scaling."""
+@pytest.mark.parametrize("files", [("compose.yaml",), ("compose.yaml", "compose.cpu.yaml"),
+                                   ("compose.yaml", "compose.monitoring.yaml")])
+def test_docker_compose_config(files):
+    """`docker compose config` (no engine needed) accepts the file combinations the README uses."""
     cmd = _compose_v2()
-    env = {**os.environ, "TENSOR_PARALLEL_SIZE": "2"}
-    out = subprocess.run([*cmd, "-f", str(COMPOSE), "--profile", "monitoring", "config", "--quiet"],
-                         capture_output=True, text=True, env=env, cwd=REPO)
+    env = {**os.environ, "TENSOR_PARALLEL_SIZE": "2", "GRAFANA_ADMIN_PASSWORD": "x" * 12}
+    args = [a for f in files for a in ("-f", str(REPO / f))]
+    out = subprocess.run([*cmd, *args, "config", "--quiet"], capture_output=True, text=True, env=env, cwd=REPO)
     assert out.returncode == 0, out.stderr

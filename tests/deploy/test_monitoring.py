@@ -1,8 +1,8 @@
 """Prometheus rules, scrape config and the Grafana dashboard: structure and metric names.
 
-No PyPI or Debian package ships promtool, so this checks structure instead: the YAML
-parses, every rule is complete, and every series an expression names is one treespec
-exports (METRIC_NAMES, histograms with _bucket/_sum/_count) or Prometheus's own `up`.
+The YAML parses, every rule is complete, and every series an expression names is one
+treespec exports (METRIC_NAMES, PROBE_METRIC_LABELS, histograms with _bucket/_sum/_count)
+or Prometheus's own `up`. The alerts' behaviour is tested by promtool (test_promtool.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.gateway.metric_names import HISTOGRAMS, METRIC_NAMES, series_names
+from services.gateway.metric_names import HISTOGRAMS, METRIC_NAMES, PROBE_METRIC_LABELS, series_names
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMETHEUS_BUILTINS = frozenset({"up"})
@@ -50,8 +50,21 @@ class TestMetricNames:
     def test_names_are_prefixed_and_unique(self):
         """Every exported name is treespec:-prefixed and listed once."""
         assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 26
-        assert all(n.startswith("treespec:") for n in METRIC_NAMES)
-        assert HISTOGRAMS <= set(METRIC_NAMES)
+        assert all(n.startswith("treespec:") for n in (*METRIC_NAMES, *PROBE_METRIC_LABELS))
+        assert not set(METRIC_NAMES) & set(PROBE_METRIC_LABELS)
+        assert HISTOGRAMS <= set(METRIC_NAMES) | set(PROBE_METRIC_LABELS)
+
+    def test_gauges_have_no_counter_suffix(self):
+        """Only counters end in _total (kv_slots_total was a gauge and is now kv_slots_capacity)."""
+        counters = {"treespec:requests_total", "treespec:prompt_tokens_total", "treespec:generation_tokens_total",
+                    "treespec:spec_decode_num_drafts_total", "treespec:spec_decode_num_draft_tokens_total",
+                    "treespec:spec_decode_num_accepted_tokens_total",
+                    "treespec:spec_decode_num_accepted_tokens_per_pos_total", "treespec:overlap_guesses_total",
+                    "treespec:overlap_hits_total", "treespec:worker_steps_total",
+                    "treespec:worker_step_failures_total", "treespec:prefix_cache_queries_total",
+                    "treespec:prefix_cache_hits_total"}
+        assert {n for n in (*METRIC_NAMES, *PROBE_METRIC_LABELS) if n.endswith("_total")} == counters
+        assert "treespec:kv_slots_capacity" in METRIC_NAMES
 
     def test_series_in_parses_promql(self):
         """series_in finds metric names and skips functions, labels, keywords and ranges."""
@@ -80,11 +93,16 @@ class TestAlerts:
         assert not unknown
 
     def test_scrape_config(self):
-        """Prometheus scrapes gateway:8000/metrics and loads the alert rules."""
+        """Prometheus scrapes gateway:8000 and every scheduler/draft/verifier replica's probe
+        port (DNS discovery), and loads the alert rules."""
         cfg = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-        (job,) = cfg["scrape_configs"]
-        assert job["metrics_path"] == "/metrics"
-        assert job["static_configs"][0]["targets"] == ["gateway:8000"]
+        jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
+        assert set(jobs) == {"treespec-gateway", "treespec-scheduler", "treespec-draft", "treespec-verifier"}
+        assert all(job["metrics_path"] == "/metrics" for job in jobs.values())
+        assert jobs["treespec-gateway"]["static_configs"][0]["targets"] == ["gateway:8000"]
+        for name in ("scheduler", "draft", "verifier"):
+            (sd,) = jobs[f"treespec-{name}"]["dns_sd_configs"]
+            assert sd["names"] == [name] and sd["port"] == 9101
         assert cfg["rule_files"] == ["/etc/prometheus/alerts.yml"]
 
 
@@ -103,6 +121,16 @@ class TestDashboard:
                      "treespec:inter_token_latency_seconds_bucket", "treespec:num_requests_waiting",
                      "treespec:memory_used_bytes"):
             assert name in used
+
+    def test_variables(self):
+        """job, instance and replica variables exist and every query filters by job and instance
+        (per-replica series by replica too)."""
+        dash = json.loads((DEPLOY / "grafana/dashboards/treespec.json").read_text())
+        assert [v["name"] for v in dash["templating"]["list"]] == ["job", "instance", "replica"]
+        for expr in dashboard_exprs():
+            assert 'job=~"$job"' in expr and 'instance=~"$instance"' in expr, expr
+            if "kv_slots" in expr or "memory_" in expr or "service_up" in expr:
+                assert 'replica=~"$replica"' in expr, expr
 
     def test_provisioning(self):
         """The datasource uid matches the dashboard's and the provider points at its folder."""

@@ -26,8 +26,10 @@ class ByteTokenizer:
             return "<eos>"
         return bytes(i for i in ids if i < 256).decode(errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        return "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        head = "".join(f"<tools>{t['function']['name']}\n" for t in tools or [])
+        return head + "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
 
     def end_token_ids(self) -> list[int]:
         return [EOS]
@@ -38,9 +40,10 @@ def deltas(rid: str, chunks: list[str], finish=wire.FinishReason.LENGTH, logprob
     out = []
     for i, chunk in enumerate(chunks):
         toks = list(chunk.encode())
-        lps = [wire.TokenLogprob(-0.5, [(t, -0.5)]) for t in toks] if logprobs else None
+        lps = [wire.TokenLogprob(logprob=-0.5, top=[(t, -0.5)]) for t in toks] if logprobs else None
         last = i == len(chunks) - 1
-        out.append(wire.TokenDelta(rid, toks, lps, finish if last else None, prompt_tokens=3 if i == 0 else 0))
+        out.append(wire.TokenDelta(request_id=rid, tokens=toks, logprobs=lps, finish=finish if last else None,
+                                   prompt_tokens=3 if i == 0 else 0))
     return out
 
 

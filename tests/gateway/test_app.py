@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from common import wire
+from services.gateway.keys import add_key
 from services.gateway.metric_names import METRIC_NAMES, series_names
 from tests.gateway.conftest import make_test_app, serve
 from tests.gateway.fakes import FakeBackend, deltas
@@ -27,6 +28,21 @@ def post(backend, body=BODY, path="/v1/completions"):
 
 
 class TestHealth:
+    def test_livez_and_readyz(self, tmp_path):
+        """/livez is 200 while workers are down; /readyz is 503 until ready, then 200; both
+        need no API key and ignore the IP allowlist."""
+        backend = FakeBackend(ready=False, stats=STATS)
+
+        async def scenario(client):
+            live, ready1 = await client.get("/livez"), await client.get("/readyz")
+            backend.ready = True
+            ready2 = await client.get("/readyz")
+            return live.status, ready1.status, ready2.status
+        add_key(tmp_path / "keys.json", "alice")
+        app = make_test_app(backend, api_keys_file=str(tmp_path / "keys.json"), public_health=False,
+                            ip_allowlist=("10.9.9.0/24",))
+        assert serve(app, scenario) == (200, 503, 200)
+
     def test_loading_then_ready(self):
         """/health is 503 + Retry-After until the scheduler says ready, then 200."""
         backend = FakeBackend(ready=False, stats=STATS)
@@ -52,19 +68,21 @@ class TestHealth:
 class TestRefusals:
     def test_queue_full_is_429(self):
         """Rejected(429) from the scheduler becomes 429 with Retry-After, never 500."""
-        backend = FakeBackend(script=lambda s: [wire.Rejected(s.request_id, 429, "queue full", 2.5)])
+        backend = FakeBackend(script=lambda s: [wire.Rejected(request_id=s.request_id, status=429,
+                                                              reason="queue full", retry_after_s=2.5)])
         status, headers, body = post(backend)
         assert status == 429 and headers["Retry-After"] == "3" and body["error"]["message"] == "queue full"
 
     def test_not_ready_rejection_is_503_when_streaming(self):
         """A refusal before the first token is a plain HTTP 503 even for stream=true."""
-        backend = FakeBackend(script=lambda s: [wire.Rejected(s.request_id, 503, "loading")])
+        backend = FakeBackend(script=lambda s: [wire.Rejected(request_id=s.request_id, status=503, reason="loading")])
         status, headers, _ = post(backend, {**BODY, "stream": True})
         assert status == 503 and "Retry-After" in headers
 
     def test_backend_error_is_503_not_fake_output(self):
         """Non-streaming: a backend failure is a 503 error body, not partial text."""
-        script = lambda s: [wire.TokenDelta(s.request_id, [97], finish=wire.FinishReason.ERROR, error="boom")]
+        script = lambda s: [wire.TokenDelta(request_id=s.request_id, tokens=[97], finish=wire.FinishReason.ERROR,
+                                            error="boom")]
         status, _, body = post(FakeBackend(script=script))
         assert status == 503 and "boom" in body["error"]["message"]
 
@@ -126,7 +144,7 @@ class TestMetrics:
         for line in (f"treespec:prefix_cache_queries_total{labels} 300.0",
                      f"treespec:prefix_cache_hits_total{labels} 256.0",
                      f"treespec:prefix_cache_blocks_used{labels} 16.0",
-                     f"treespec:prefix_cache_blocks_total{labels} 64.0"):
+                     f"treespec:prefix_cache_blocks_capacity{labels} 64.0"):
             assert line in text
 
 
@@ -137,3 +155,75 @@ class TestTorchFree:
                 "treespec.cli.build_parser('gateway'); treespec.cli.build_parser('keys'); "
                 "sys.exit('torch' in sys.modules)")
         assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+class TestAbuse:
+    def test_rate_limited_client_is_refused_before_parsing(self):
+        """A client out of requests gets 429 for a huge malformed body, which is never parsed."""
+        async def scenario(client):
+            ok = await client.post("/v1/completions", json=BODY)
+            junk = await client.post("/v1/completions", data=b"[" * 500_000,
+                                     headers={"Content-Type": "application/json"})
+            return ok.status, junk.status
+        assert serve(make_test_app(rate_limit_rpm=1), scenario) == (200, 429)
+
+    def test_body_cap_is_413_json(self):
+        """A body over max_request_bytes is a JSON 413, refused on its Content-Length."""
+        async def scenario(client):
+            r = await client.post("/v1/completions", data=b"x" * 5000, headers={"Content-Type": "application/json"})
+            return r.status, await r.json()
+        status, body = serve(make_test_app(max_request_bytes=4096), scenario)
+        assert status == 413 and "4096" in body["error"]["message"]
+
+    def test_oversized_prompt_refused_before_tokenizing(self):
+        """A prompt longer than context x 32 characters is a 400 and the tokenizer never runs."""
+        from tests.gateway.fakes import ByteTokenizer
+
+        class Spy(ByteTokenizer):
+            calls = 0
+
+            def encode(self, text, add_special_tokens=True):
+                Spy.calls += 1
+                return super().encode(text)
+
+        async def scenario(client):
+            r = await client.post("/v1/completions", json={"prompt": "x" * (64 * 32 + 1)})
+            return r.status
+        assert serve(make_test_app(tokenizer=Spy()), scenario) == 400 and Spy.calls == 0
+
+    def test_tokenizing_does_not_block_the_event_loop(self):
+        """While a prompt is being tokenized, /health still answers."""
+        import threading
+        from tests.gateway.fakes import ByteTokenizer
+        release = threading.Event()
+
+        class Slow(ByteTokenizer):
+            def encode(self, text, add_special_tokens=True):
+                release.wait(10)
+                return super().encode(text)
+
+        async def scenario(client):
+            gen = asyncio.ensure_future(client.post("/v1/completions", json=BODY))
+            await asyncio.sleep(0.2)
+            health = await asyncio.wait_for(client.get("/health"), 5)
+            release.set()
+            return health.status, (await gen).status
+        assert serve(make_test_app(tokenizer=Slow()), scenario) == (200, 200)
+
+    def test_proxied_clients_get_their_own_buckets(self):
+        """Behind a trusted proxy, X-Forwarded-For clients are rate-limited separately."""
+        async def scenario(client):
+            out = []
+            for ip in ("198.51.100.1", "198.51.100.2", "198.51.100.1"):
+                r = await client.post("/v1/completions", json=BODY, headers={"X-Forwarded-For": ip})
+                out.append(r.status)
+            return out
+        app = make_test_app(rate_limit_rpm=1, trusted_proxies=("127.0.0.0/8",))
+        assert serve(app, scenario) == [200, 200, 429]
+
+    def test_foreign_host_refused_with_auth_off(self):
+        """With auth off a non-loopback Host is 403 (a web page cannot drive a local gateway)."""
+        async def scenario(client):
+            r = await client.post("/v1/completions", json=BODY, headers={"Host": "evil.example"})
+            return r.status
+        assert serve(make_test_app(), scenario) == 403

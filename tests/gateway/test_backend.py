@@ -52,9 +52,14 @@ class TestZmqBackend:
                 _, msg = await recv(router)
                 if isinstance(msg, wire.Submit):
                     break
+            for _ in range(100):  # the Stats frame and the Submit cross: wait for it to land
+                if backend.ready:
+                    break
+                await asyncio.sleep(0.01)
             assert msg.prompt == [1, 2] and backend.ready
-            await router.send_multipart([ident, wire.encode(wire.TokenDelta("r1", [5, 6]))])
-            await router.send_multipart([ident, wire.encode(wire.TokenDelta("r1", [7], finish=wire.FinishReason.LENGTH))])
+            await router.send_multipart([ident, wire.encode(wire.TokenDelta(request_id="r1", tokens=[5, 6]))])
+            await router.send_multipart([ident, wire.encode(wire.TokenDelta(request_id="r1", tokens=[7],
+                                                                            finish=wire.FinishReason.LENGTH))])
             got = [await first] + [d async for d in gen]
             return [d.tokens for d in got]
         assert asyncio.run(with_router(scenario)) == [[5, 6], [7]]
@@ -66,7 +71,7 @@ class TestZmqBackend:
             gen = backend.generate("r1", [1], PARAMS)
             nxt = asyncio.ensure_future(anext(gen))
             await asyncio.sleep(0.05)
-            await router.send_multipart([ident, wire.encode(wire.Rejected("r1", 429, "full"))])
+            await router.send_multipart([ident, wire.encode(wire.Rejected(request_id="r1", status=429, reason="full"))])
             with pytest.raises(BackendRejected) as exc:
                 await nxt
             return exc.value.status

@@ -52,6 +52,24 @@ class TestWithQwenTokenizer:
         assert "".join(pieces) + detok.flush() == qwen.decode(ids) == text
         assert all("\ufffd" not in p for p in pieces)
 
+    @pytest.mark.parametrize("seed", range(3))
+    def test_random_tokens_in_random_chunks_match_full_decode(self, qwen, seed):
+        """Random Qwen token ids (byte-level pieces that split UTF-8 characters) pushed in
+        random chunk sizes give exactly the full decode, and every window stays short."""
+        import random
+        rng = random.Random(seed)
+        ids = [rng.randrange(0, 151643) for _ in range(400)]
+        detok = IncrementalDetokenizer(qwen)
+        pieces, i, widest = [], 0, 0
+        while i < len(ids):
+            n = rng.choice([1, 1, 2, 3, 7])
+            pieces.append(detok.push(ids[i:i + n]))
+            widest = max(widest, len(detok._ids) - detok._prefix)
+            i += n
+        assert "".join(pieces) + detok.flush() == qwen.decode(ids)
+        assert widest < 40  # constant work per step, not the whole output
+
+
 class TestTrimTo:
     def test_keeps_tokens_up_to_a_character_count(self):
         """trim_to keeps the fewest new tokens whose text reaches the given length."""

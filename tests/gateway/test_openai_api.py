@@ -23,8 +23,8 @@ BAD = [
     ("/v1/completions", {**GOOD, "echo": True}, "echo"),
     ("/v1/completions", {**GOOD, "frobnicate": 1}, "frobnicate"),
     ("/v1/chat/completions", {**CHAT, "messages": []}, "messages"),
-    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
-    ("/v1/chat/completions", {**CHAT, "tools": []}, "tools"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "xml"}}, "response_format"),
+    ("/v1/chat/completions", {**CHAT, "tools": [], "tool_choice": "required"}, "tool_choice"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "robot", "content": "x"}]}, "messages"),
 ]
 
@@ -36,7 +36,8 @@ class TestValidation:
         backend = FakeBackend()
 
         async def scenario(client):
-            kw = {"data": body} if isinstance(body, bytes) else {"json": body}
+            kw = {"data": body, "headers": {"Content-Type": "application/json"}} if isinstance(body, bytes) \
+                else {"json": body}
             r = await client.post(path, **kw)
             return r.status, await r.json()
         status, body_out = serve(make_test_app(backend), scenario)

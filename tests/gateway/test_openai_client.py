@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 
@@ -14,10 +15,16 @@ from tests.gateway.conftest import make_test_app
 from tests.gateway.fakes import FakeBackend, deltas
 
 
+TOOL_CHUNKS = ['<tool_call>\n{"name": "get_weather", "argu', 'ments": {"city": ', '"Paris"}}\n</tool_call>']
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
 @pytest.fixture(scope="module")
 def base_url():
     """Serve the app in a background thread; yield its /v1 URL."""
-    backend = FakeBackend(script=lambda s: deltas(s.request_id, ["Hel", "lo 你", "好!"]))
+    backend = FakeBackend(script=lambda s: deltas(s.request_id, TOOL_CHUNKS if b"<tools>" in bytes(s.prompt)
+                                                  else ["Hel", "lo 你", "好!"]))
     app = make_test_app(backend)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -67,3 +74,30 @@ class TestOpenAIClient:
         """A 400 surfaces as openai.BadRequestError."""
         with pytest.raises(openai.BadRequestError):
             client.completions.create(model="treespec", prompt="hi", max_tokens=8, n=2)
+
+    def test_tool_call(self, client):
+        """A tool call comes back as message.tool_calls with finish_reason tool_calls."""
+        r = client.chat.completions.create(model="treespec", messages=[{"role": "user", "content": "weather?"}],
+                                           tools=TOOLS, max_tokens=10)
+        call = r.choices[0].message.tool_calls[0]
+        assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {"city": "Paris"} and r.choices[0].message.content is None
+
+    def test_tool_call_streamed(self, client):
+        """Streamed: argument deltas that the client joins into the call's arguments."""
+        chunks = list(client.chat.completions.create(
+            model="treespec", messages=[{"role": "user", "content": "weather?"}], tools=TOOLS, max_tokens=10,
+            stream=True))
+        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        assert calls[0].function.name == "get_weather" and calls[0].id
+        assert json.loads("".join(tc.function.arguments or "" for tc in calls)) == {"city": "Paris"}
+        assert len(calls) > 2 and chunks[-1].choices[0].finish_reason == "tool_calls"
+
+    def test_tool_result_turn(self, client):
+        """The follow-up turn with the assistant's tool_calls and a role "tool" message is served."""
+        r = client.chat.completions.create(model="treespec", max_tokens=8, messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+                                                  "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])
+        assert r.choices[0].message.content == "Hello 你好!"

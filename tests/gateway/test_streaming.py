@@ -69,8 +69,9 @@ class TestSse:
 
     def test_backend_error_delta_is_an_error_event(self):
         """A TokenDelta with finish=ERROR becomes an error event, never a fake stop."""
-        script = lambda s: [wire.TokenDelta(s.request_id, [97]),
-                            wire.TokenDelta(s.request_id, [], finish=wire.FinishReason.ERROR, error="oom")]
+        script = lambda s: [wire.TokenDelta(request_id=s.request_id, tokens=[97]),
+                            wire.TokenDelta(request_id=s.request_id, tokens=[], finish=wire.FinishReason.ERROR,
+                                            error="oom")]
         events = parse_sse(stream(FakeBackend(script=script))[2])
         assert "oom" in events[-1]["error"]["message"] and "[DONE]" not in events
 

@@ -116,7 +116,7 @@ def wait_until(pred, timeout_s: float, step_s: float = 0.1) -> bool:
 def reference_outputs() -> list[list[int]]:
     """Greedy outputs of PROMPTS from the in-process LocalEngine (the same tiny pair)."""
     from common.config import load_config
-    from common.modeling.build import build_local_engine
+    from treespec.engine import build_local_engine
     cfg = load_config(overrides={k: v for k, v in BASE.items() if not k.startswith("heartbeat")})
     engine, _ = build_local_engine(cfg, slots=4, tree=(4, 4))
     outs = []

@@ -95,9 +95,11 @@ class TestCurveDeployment:
         sock = rogue_dealer(deployment.scheduler_address, deployment.log_dir.parent / "rogue" if keyed else None)
         try:
             rid = f"{ROGUE_ID}-{int(keyed)}"
-            sock.send(transport.frame(wire.Submit(rid, [1, 2, 3], wire.SamplingParams(max_tokens=4))))
-            sock.send(transport.frame(wire.DraftResult(1, {}, [rid])))
-            sock.send(transport.frame(wire.Hello(wire.Role.DRAFT, "rogue", 1, 8, 256)))
+            sock.send(transport.frame(wire.Submit(request_id=rid, prompt=[1, 2, 3],
+                                                  params=wire.SamplingParams(max_tokens=4))))
+            sock.send(transport.frame(wire.DraftResult(round=1, trees={}, lost=[rid])))
+            sock.send(transport.frame(wire.Hello(role=wire.Role.DRAFT, replica="rogue", pid=1, slots_total=8,
+                                                 max_len=256)))
             assert sock.poll(ROGUE_WAIT_S * 1e3) == 0
         finally:
             sock.close()

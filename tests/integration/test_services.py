@@ -74,7 +74,7 @@ class TestFuzz:
     def test_scheduler_survives_garbage_frames(self, cluster, frames):
         """Random frames (and truncated valid ones) are dropped without stopping the scheduler."""
         import zmq
-        valid = wire.encode(wire.Submit("fz", [1, 2], wire.SamplingParams()))
+        valid = wire.encode(wire.Submit(request_id="fz", prompt=[1, 2], params=wire.SamplingParams()))
         sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.linger = 0
         sock.connect(cluster.address)

@@ -87,23 +87,27 @@ def worker(request, tmp_path_factory):
 
 def empty_tree() -> wire.Tree:
     z = np.zeros(0)
-    return wire.Tree(wire.Array.of(z.astype(np.int64)), wire.Array.of(z.astype(np.int32)),
-                     wire.Array.of(z.astype(np.float32)))
+    return wire.Tree(tokens=wire.Array.of(z.astype(np.int64)), parents=wire.Array.of(z.astype(np.int32)),
+                     scores=wire.Array.of(z.astype(np.float32)))
 
 
 def chain_tree(n: int, token: int = 7) -> wire.Tree:
     """A chain of ``n`` nodes (valid arrays of any length)."""
-    return wire.Tree(wire.Array.of(np.full(n, token, np.int64)), wire.Array.of(np.arange(-1, n - 1, dtype=np.int32)),
-                     wire.Array.of(np.zeros(n, np.float32)))
+    return wire.Tree(tokens=wire.Array.of(np.full(n, token, np.int64)),
+                     parents=wire.Array.of(np.arange(-1, n - 1, dtype=np.int32)),
+                     scores=wire.Array.of(np.zeros(n, np.float32)))
 
 
 def step(role: str, round_: int, seq_id: str, prefix_len: int = 0, tokens=PROMPT, size: int = 4,
          depth: int = 4, tree: wire.Tree | None = None, **params) -> wire.Message:
     """A DraftStep or VerifyStep with one sequence."""
     if role == "draft":
-        return wire.DraftStep(round_, [wire.DraftSeq(seq_id, prefix_len, list(tokens), size, depth)])
-    seq = wire.VerifySeq(seq_id, prefix_len, list(tokens), tree or empty_tree(), wire.SamplingParams(**params))
-    return wire.VerifyStep(round_, [seq])
+        entry = wire.DraftSeq(seq_id=seq_id, prefix_len=prefix_len, new_tokens=list(tokens), tree_size=size,
+                              max_depth=depth)
+        return wire.DraftStep(round=round_, seqs=[entry])
+    seq = wire.VerifySeq(seq_id=seq_id, prefix_len=prefix_len, new_tokens=list(tokens), tree=tree or empty_tree(),
+                         params=wire.SamplingParams(**params))
+    return wire.VerifyStep(round=round_, seqs=[seq])
 
 
 def raw(**fields) -> bytes:
@@ -125,15 +129,15 @@ def garbage_frames(role: str) -> list[list[bytes]]:
         [raw(type=tag, round=1, seqs=[{"seq_id": "a", "prefix_len": 0, "new_tokens": [1.5], "tree_size": 4,
                                        "max_depth": 4, "tree": bad_array, "params": {}}])],
         [raw(type="no_such_type")], [raw(type=tag, round=1, seqs=[], v=99)],
-        [wire.encode(wrong_role)], [wire.encode(wire.Hello(wire.Role.DRAFT, "x", 1))],
-        [wire.encode(wire.Free(["never-seen", ""]))],
+        [wire.encode(wrong_role)], [wire.encode(wire.Hello(role=wire.Role.DRAFT, replica="x", pid=1))],
+        [wire.encode(wire.Free(seq_ids=["never-seen", ""]))],
     ]
 
 
 def hostile_steps(role: str) -> list[wire.Message]:
     """Decodable steps the worker must answer (each sequence served or reported lost)."""
     r = iter(range(100, 200))
-    bad = wire.Array("int64", [wire.MAX_ARRAY_ELEMENTS + 1], b"")
+    bad = wire.Array(dtype="int64", shape=[wire.MAX_ARRAY_ELEMENTS + 1], data=b"")
     cases = [
         step(role, next(r), "unknown", prefix_len=7),
         step(role, next(r), "negative", prefix_len=-3),
@@ -147,17 +151,21 @@ def hostile_steps(role: str) -> list[wire.Message]:
                   step(role, next(r), "neg-tree", size=-4, depth=-1),
                   step(role, next(r), "zero-tree", size=0, depth=0)]
     else:
-        cases += [step(role, next(r), "oversized", tree=wire.Tree(bad, bad, bad)),
+        cases += [step(role, next(r), "oversized", tree=wire.Tree(tokens=bad, parents=bad, scores=bad)),
                   step(role, next(r), "big-tree", tree=chain_tree(100_000)),
                   step(role, next(r), "bad-parents", tree=msgspec.structs.replace(
                       chain_tree(3), parents=wire.Array.of(np.array([5, -7, 99], np.int32)))),
                   step(role, next(r), "bad-dtype", tree=msgspec.structs.replace(
-                      chain_tree(1), tokens=wire.Array("object", [1], b"x"))),
+                      chain_tree(1), tokens=wire.Array(dtype="object", shape=[1], data=b"x"))),
                   step(role, next(r), "params", top_k=-5, top_p=7.0, temperature=-1.0, logprobs=HUGE),
-                  wire.VerifyStep(next(r), [wire.VerifySeq("banned", 0, PROMPT, chain_tree(2), wire.SamplingParams(),
+                  wire.VerifyStep(round=next(r), seqs=[wire.VerifySeq(seq_id="banned", prefix_len=0,
+                                                                      new_tokens=PROMPT, tree=chain_tree(2),
+                                                                      params=wire.SamplingParams(),
                                                            banned=[HUGE, -HUGE], ban_depth=3)])]
-    cases.append(wire.DraftStep(next(r), [wire.DraftSeq("dup", 0, PROMPT, 4, 4)] * 2) if role == "draft" else
-                 wire.VerifyStep(next(r), [wire.VerifySeq("dup", 0, PROMPT, empty_tree(), wire.SamplingParams())] * 2))
+    cases.append(wire.DraftStep(round=next(r), seqs=[wire.DraftSeq(seq_id="dup", prefix_len=0, new_tokens=PROMPT,
+                                                                   tree_size=4, max_depth=4)] * 2) if role == "draft" else
+                 wire.VerifyStep(round=next(r), seqs=[wire.VerifySeq(seq_id="dup", prefix_len=0, new_tokens=PROMPT,
+                                                                     tree=empty_tree(), params=wire.SamplingParams())] * 2))
     return cases
 
 
@@ -199,7 +207,7 @@ class TestWorkerFuzz:
             worker.send(wire.encode(msg))
             _, reply = worker.recv(REPLY_TIMEOUT_S, (wire.DraftResult, wire.VerifyResult), msg.round)
             assert served_or_lost(msg, reply), (msg.seqs[0].seq_id, reply)
-            worker.send(wire.encode(wire.Free([s.seq_id for s in msg.seqs])))
+            worker.send(wire.encode(wire.Free(seq_ids=[s.seq_id for s in msg.seqs])))
         assert worker.alive()
 
     def test_unknown_sequence_is_reported_lost(self, worker):

@@ -5,7 +5,7 @@ import pytest
 from common import wire
 from common.tree import TokenTree
 from common.wire import FinishReason
-from services.scheduler.core import AdmissionError, SchedulerCore
+from services.scheduler.core import AdmissionError, Placement, SchedulerCore
 
 EOS = 99
 TREE_TOKENS = [5, 6, 7, 8]  # a chain: node i is the child of node i - 1
@@ -13,7 +13,7 @@ TREE = wire.tree_to_wire(TokenTree.build(TREE_TOKENS, [-1, 0, 1, 2]))
 
 
 def _running(core, prompt=(1, 2, 3), rid="r", **params):
-    core.submit(wire.Submit(rid, list(prompt), wire.SamplingParams(**params)))
+    core.submit(wire.Submit(request_id=rid, prompt=list(prompt), params=wire.SamplingParams(**params)))
     core.admit()
     return core.running[rid]
 
@@ -23,7 +23,7 @@ def _core(max_model_len=100):
 
 
 def _commit(core, seq, tokens, accepted, bonus, logprobs=None):
-    return core.commit(seq, tokens, wire.VerifyOut(accepted, bonus, logprobs))
+    return core.commit(seq, tokens, wire.VerifyOut(accepted=accepted, bonus=bonus, logprobs=logprobs))
 
 
 class TestCommitTruncation:
@@ -85,7 +85,7 @@ class TestCommitTruncation:
         """Logprobs are cut to the kept tokens."""
         core = _core()
         seq = _running(core, max_tokens=2)
-        lps = [wire.TokenLogprob(-float(i)) for i in range(4)]
+        lps = [wire.TokenLogprob(logprob=-float(i)) for i in range(4)]
         d = _commit(core, seq, TREE_TOKENS, [0, 1, 2], 42, lps)
         assert d.tokens == [5, 6] and d.logprobs == lps[:2]
 
@@ -138,7 +138,7 @@ class TestAdmission:
     def test_bad_requests(self, prompt, params, match):
         """Empty prompts, max_tokens < 1 and over-long requests get 400."""
         with pytest.raises(AdmissionError, match=match) as e:
-            _core().submit(wire.Submit("r", prompt, wire.SamplingParams(**params)))
+            _core().submit(wire.Submit(request_id="r", prompt=prompt, params=wire.SamplingParams(**params)))
         assert e.value.status == 400
 
     def test_queue_full_and_duplicates(self):
@@ -146,18 +146,48 @@ class TestAdmission:
         core = SchedulerCore(max_running=1, max_queue=1, max_model_len=100, eos_ids={EOS})
         _running(core, rid="a")
         with pytest.raises(AdmissionError) as e:
-            core.submit(wire.Submit("a", [1], wire.SamplingParams()))
+            core.submit(wire.Submit(request_id="a", prompt=[1], params=wire.SamplingParams()))
         assert e.value.status == 400
-        core.submit(wire.Submit("b", [1], wire.SamplingParams()))
+        core.submit(wire.Submit(request_id="b", prompt=[1], params=wire.SamplingParams()))
         with pytest.raises(AdmissionError) as e:
-            core.submit(wire.Submit("c", [1], wire.SamplingParams()))
+            core.submit(wire.Submit(request_id="c", prompt=[1], params=wire.SamplingParams()))
         assert e.value.status == 429
 
     def test_abort(self):
         """Abort removes a running or waiting request and marks it ABORT."""
         core = SchedulerCore(max_running=1, max_queue=4, max_model_len=100, eos_ids={EOS})
         _running(core, rid="a")
-        core.submit(wire.Submit("b", [1], wire.SamplingParams()))
+        core.submit(wire.Submit(request_id="b", prompt=[1], params=wire.SamplingParams()))
         assert core.abort("b").finish == FinishReason.ABORT and not core.waiting
         assert core.abort("a").finish == FinishReason.ABORT and not core.running
         assert core.abort("zzz") is None
+
+
+class TestPlacement:
+    def test_transitions(self):
+        """sent -> accepted -> rolled back -> lost: what a worker's KV holds for a sequence."""
+        p = Placement()
+        p.place("w1")
+        assert (p.worker, p.held) == ("w1", 0)
+        p.sent(12)
+        p.accepted(10)
+        assert p.held == 10
+        p.rolled_back(11)  # never grows
+        assert p.held == 10
+        p.rolled_back(7)
+        assert p.held == 7
+        p.lost()
+        assert (p.worker, p.held) == (None, 0)
+
+    def test_round_entries_follow_placement(self):
+        """A draft entry resends what the draft lacks (at least the last token) and marks
+        it held; a verify entry starts where the verifier's placement ends."""
+        core = _core()
+        seq = _running(core, prompt=(1, 2, 3, 4), max_tokens=10)
+        e = core.draft_seq(seq, 4, 2)
+        assert (e.prefix_len, e.new_tokens, seq.draft.held) == (0, [1, 2, 3, 4], 4)
+        assert core.draft_seq(seq, 4, 2).prefix_len == 3  # holds everything: resend the last token
+        _commit(core, seq, TREE_TOKENS, [0, 1], 42)
+        assert seq.verifier.held == 6
+        v = core.verify_seq(seq, TREE)
+        assert (v.prefix_len, v.new_tokens) == (6, [42])

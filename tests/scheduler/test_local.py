@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from common import wire
+from common.config import Config
 from common.modeling.runner import forward_segments
 from common.modeling.sampling import probs_from_logits
 from common.tree import ROOT, children
@@ -46,16 +47,18 @@ class Spy:
         self.runner.free(seq_ids)
 
 
-def make_engine(main, draft, tree_size, max_depth, slots=4, max_running=4):
-    core = SchedulerCore(max_running, 256, MAX_MODEL_LEN, {EOS})
-    return LocalEngine(core, VerifierRunner(main, slots, MAX_LEN),
-                       DraftRunner(draft, slots, MAX_LEN) if draft is not None else None, tree_size, max_depth)
+def make_engine(main, draft, tree_size, max_depth, slots=4, overlap="off"):
+    """The in-process engine (the service's round driver) over tiny runners."""
+    core = SchedulerCore(slots, 256, MAX_MODEL_LEN, {EOS})
+    cfg = Config(tree_size=tree_size, max_accept_length=max_depth, overlap=overlap, max_model_len=MAX_MODEL_LEN)
+    return LocalEngine(cfg, core, VerifierRunner(main, slots, MAX_LEN),
+                       DraftRunner(draft, slots, MAX_LEN) if draft is not None else None)
 
 
 def run_all(engine, requests: dict) -> dict:
     """Submit every (prompt, params) at once and step until all finish; outputs by id."""
     for rid, (prompt, params) in requests.items():
-        engine.core.submit(wire.Submit(rid, prompt, params))
+        engine.submit(rid, prompt, params)
     out = {rid: [] for rid in requests}
     done = set()
     while len(done) < len(requests):
@@ -121,7 +124,7 @@ class TestGreedyLossless:
         """If a worker drops a sequence's KV mid-generation (alone or both), the sequence is
         re-prefilled there and the output is unchanged."""
         eng = make_engine(tiny_main, tiny_noisy_draft, 16, 4)
-        eng.core.submit(wire.Submit("a", PROMPTS["p9"], GREEDY))
+        eng.submit("a", PROMPTS["p9"], GREEDY)
         out = []
         for i in range(60):
             if i == 2:
@@ -171,7 +174,7 @@ class TestSamplingLossless:
         were actually accepted along the way."""
         prompt = PROMPTS["p9"]
         exact = _exact_tokens(tiny_main, prompt, num_tokens, 0.9, kw)
-        eng = make_engine(tiny_main, tiny_noisy_draft, tree_size, max_depth, slots=64, max_running=64)
+        eng = make_engine(tiny_main, tiny_noisy_draft, tree_size, max_depth, slots=64)
         params = {i: wire.SamplingParams(max_tokens=num_tokens, temperature=0.9, seed=i, **kw) for i in range(n)}
         out = run_all(eng, {f"r{i}": (prompt, p) for i, p in params.items()})
         counts: dict = {}
@@ -222,7 +225,8 @@ class TestRealQwenPair:
 
         def engine(tree_size):
             core = SchedulerCore(1, 4, 2048, {tok.eos_token_id})
-            return LocalEngine(core, VerifierRunner(main, 1, 1024), DraftRunner(draft, 1, 1024), tree_size, 6)
+            cfg = Config(tree_size=tree_size, max_accept_length=6, max_model_len=2048)
+            return LocalEngine(cfg, core, VerifierRunner(main, 1, 1024), DraftRunner(draft, 1, 1024))
 
         plain_eng, spec_eng = engine(0), engine(16)
         committed = []

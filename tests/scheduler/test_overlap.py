@@ -91,8 +91,10 @@ class Harness:
         cfg = Config(tree_size=tree_size, max_accept_length=5, overlap=overlap, max_model_len=160)
         self.core = SchedulerCore(4, 16, 160, {EOS})
         reg = WorkerRegistry(1e9)
-        reg.hello(DRAFT, wire.Hello(wire.Role.DRAFT, "0", 1, 4, 256, devices=["GPU-b"]), 0.0)
-        reg.hello(VERIFIER, wire.Hello(wire.Role.VERIFIER, "0", 2, 4, 256, devices=["GPU-a"]), 0.0)
+        reg.hello(DRAFT, wire.Hello(role=wire.Role.DRAFT, replica="0", pid=1, slots_total=4, max_len=256,
+                                    devices=["GPU-b"]), 0.0)
+        reg.hello(VERIFIER, wire.Hello(role=wire.Role.VERIFIER, replica="0", pid=2, slots_total=4, max_len=256,
+                                       devices=["GPU-a"]), 0.0)
         self.driver = RoundDriver(self.core, reg, cfg, NullLog(), 1e9)
         self.runners = {DRAFT: DraftRunner(draft, 4, 256), VERIFIER: VerifierRunner(main, 4, 256)}
         self.queues = {DRAFT: deque(), VERIFIER: deque()}
@@ -119,7 +121,7 @@ class Harness:
 
     def run(self, requests: dict[str, tuple[list[int], wire.SamplingParams]]) -> dict[str, list[int]]:
         for rid, (prompt, params) in requests.items():
-            self.route(self.driver.submit(b"gw", wire.Submit(rid, prompt, params)))
+            self.route(self.driver.submit(b"gw", wire.Submit(request_id=rid, prompt=prompt, params=params)))
         for _ in range(2000):
             self.route(self.driver.start(0.0))
             busy = [k for k, q in self.queues.items() if q]
@@ -204,7 +206,8 @@ class TestOverlapRounds:
     def test_abort_during_guess_frees_everything(self, tiny_main, tiny_noisy_draft):
         """Aborting a request while its look-ahead step is in flight leaks no KV slot."""
         h = Harness(tiny_main, tiny_noisy_draft, "on", 3)
-        h.route(h.driver.submit(b"gw", wire.Submit("x", PROMPTS["a"], wire.SamplingParams(max_tokens=50))))
+        h.route(h.driver.submit(b"gw", wire.Submit(request_id="x", prompt=PROMPTS["a"],
+                                                   params=wire.SamplingParams(max_tokens=50))))
         for _ in range(200):
             h.route(h.driver.start(0.0))
             if h.driver.ahead.busy():
@@ -224,7 +227,8 @@ class TestDeadlines:
         on to verification (the verifier's pending reply is kept), then finishes."""
         h = Harness(tiny_main, tiny_noisy_draft, "on", 0)
         h.driver.step_timeout_s = 5.0
-        h.route(h.driver.submit(b"gw", wire.Submit("x", PROMPTS["a"], wire.SamplingParams(max_tokens=4))))
+        h.route(h.driver.submit(b"gw", wire.Submit(request_id="x", prompt=PROMPTS["a"],
+                                                   params=wire.SamplingParams(max_tokens=4))))
         h.route(h.driver.start(0.0))
         assert h.driver.current.phase == wire.Role.DRAFT and h.queues[DRAFT]
         h.queues[DRAFT].clear()  # the reply is lost
@@ -240,7 +244,8 @@ class TestDeadlines:
         forgets its guesses, so the next round can start."""
         h = Harness(tiny_main, tiny_noisy_draft, "on", 0)
         h.driver.step_timeout_s = 5.0
-        h.route(h.driver.submit(b"gw", wire.Submit("x", PROMPTS["a"], wire.SamplingParams(max_tokens=40))))
+        h.route(h.driver.submit(b"gw", wire.Submit(request_id="x", prompt=PROMPTS["a"],
+                                                   params=wire.SamplingParams(max_tokens=40))))
         h.route(h.driver.start(0.0))
         h.deliver(DRAFT)  # the tree; the VerifyStep and a guess step go out
         assert h.driver.ahead.busy()

@@ -19,7 +19,8 @@ class NullLog:
 def _registry() -> WorkerRegistry:
     reg = WorkerRegistry(1e9)
     for ident in (A, B):
-        reg.hello(ident, wire.Hello(wire.Role.VERIFIER, ident.decode()[-1], 1, 4, 256), 0.0)
+        reg.hello(ident, wire.Hello(role=wire.Role.VERIFIER, replica=ident.decode()[-1], pid=1, slots_total=4,
+                                             max_len=256), 0.0)
     return reg
 
 
@@ -45,14 +46,15 @@ class TestCacheAwarePick:
         """A worker that says hello again (restarted, cold cache) has an empty index."""
         reg = _registry()
         reg.of_identity(B).prefix.add(block_keys(SYSTEM, 16))
-        reg.hello(B, wire.Hello(wire.Role.VERIFIER, "b", 3, 4, 256), 1.0)
+        reg.hello(B, wire.Hello(role=wire.Role.VERIFIER, replica="b", pid=3, slots_total=4, max_len=256), 1.0)
         assert reg.pick(wire.Role.VERIFIER, block_keys(SYSTEM, 16)).identity == A
 
     def test_heartbeat_bounds_index(self):
         """A heartbeat reporting a 2-block pool shrinks the index to 2 blocks."""
         reg = _registry()
         reg.of_identity(B).prefix.add(block_keys(SYSTEM, 16))
-        reg.heartbeat(B, wire.Heartbeat(wire.Role.VERIFIER, "b", slots_total=4, prefix_cache_blocks_total=2), 1.0)
+        reg.heartbeat(B, wire.Heartbeat(role=wire.Role.VERIFIER, replica="b", slots_total=4,
+                                         prefix_cache_blocks_total=2), 1.0)
         assert len(reg.of_identity(B).prefix) == 2
 
 
@@ -64,10 +66,13 @@ class TestDriverRecordsPlacement:
             reg = _registry()
             driver = RoundDriver(SchedulerCore(4, 16, 4096, {0}), reg, Config(prefix_cache=on), NullLog(), 1e9)
             reg.of_identity(A).seqs.add("busy")  # turn 1 lands on b
-            turn1 = driver.core.submit(wire.Submit("t1", SYSTEM, wire.SamplingParams(max_tokens=8)))
+            turn1 = driver.core.submit(wire.Submit(request_id="t1", prompt=SYSTEM,
+                                                       params=wire.SamplingParams(max_tokens=8)))
             assert driver._place(turn1, wire.Role.VERIFIER).identity == B
-            turn1.output, turn1.verifier_seen = list(range(20)), len(SYSTEM) + 19
+            turn1.output = list(range(20))
+            turn1.placement(wire.Role.VERIFIER).accepted(len(SYSTEM) + 19)
             driver._release(turn1)
             reg.of_identity(A).seqs.clear()
-            turn2 = driver.core.submit(wire.Submit("t2", SYSTEM + list(range(20)) + [5, 6], wire.SamplingParams()))
+            turn2 = driver.core.submit(wire.Submit(request_id="t2", prompt=SYSTEM + list(range(20)) + [5, 6],
+                                                       params=wire.SamplingParams()))
             assert driver._place(turn2, wire.Role.VERIFIER).identity == expected

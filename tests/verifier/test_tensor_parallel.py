@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from common import wire
+from common.config import Config
 from common.modeling.loader import load_model, load_weights
 from common.modeling.tiny import tiny_spec, tiny_weights
 from services.draft.runner import DraftRunner
@@ -29,10 +30,11 @@ def generate(verifier, prompts: list[list[int]], params: wire.SamplingParams, tr
     if tree_size:
         model, _ = load_model(TINY_DRAFT, "float32")
         draft = DraftRunner(model, SLOTS, MAX_LEN)
-    engine = LocalEngine(SchedulerCore(8, 8, MAX_LEN, set()), verifier, draft, tree_size, max_depth=4)
+    cfg = Config(tree_size=tree_size, max_accept_length=4, max_model_len=MAX_LEN)
+    engine = LocalEngine(cfg, SchedulerCore(SLOTS, 8, MAX_LEN, set()), verifier, draft)
     ids = [f"r{tree_size}-{i}" for i in range(len(prompts))]
     for rid, p in zip(ids, prompts):
-        engine.core.submit(wire.Submit(rid, p, params))
+        engine.submit(rid, p, params)
     out = {rid: [] for rid in ids}
     while engine.core.running or engine.core.waiting:
         for d in engine.step():

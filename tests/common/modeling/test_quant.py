@@ -2,7 +2,7 @@
 
 import torch
 
-from common.modeling.quant import GROUP, int4_linear, int4_supported, quantize_int4, quantize_weights
+from common.modeling.quant import GROUP, Int4Weight, int4_linear, int4_supported, quantize_int4, quantize_weights
 
 
 def _dequantize(w: torch.Tensor) -> torch.Tensor:
@@ -41,5 +41,5 @@ class TestInt4:
         ok, odd, bias = torch.randn(16, GROUP), torch.randn(16, GROUP + 1), torch.randn(16)
         assert int4_supported(ok) and not int4_supported(odd)
         out = quantize_weights({"a.weight": ok, "b.weight": odd, "a.bias": bias, "lm_head": torch.randn(8, GROUP)})
-        assert isinstance(out["a.weight"], tuple)
-        assert out["b.weight"] is odd and out["a.bias"] is bias and not isinstance(out["lm_head"], tuple)
+        assert isinstance(out["a.weight"], Int4Weight) and out["a.weight"].dense is None
+        assert out["b.weight"] is odd and out["a.bias"] is bias and isinstance(out["lm_head"], torch.Tensor)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from common import wire
+from common.config import Config
 from services.draft.runner import DraftRunner
 from services.scheduler.core import SchedulerCore
 from services.scheduler.local import LocalEngine
@@ -24,8 +25,10 @@ PARAMS = wire.SamplingParams(max_tokens=8, ignore_eos=True)
 
 def _engine(main, draft, blocks: int, slots: int = 4):
     core = SchedulerCore(slots, 64, 200, {151645})
-    return LocalEngine(core, VerifierRunner(main, slots, MAX_LEN, blocks, B),
-                       DraftRunner(draft, slots, MAX_LEN, prefix_blocks=blocks, block_size=B), 8, 4)
+    cfg = Config(tree_size=8, max_accept_length=4, overlap="off", max_model_len=200, prefix_cache=blocks > 0,
+                 prefix_cache_block_size=B)
+    return LocalEngine(cfg, core, VerifierRunner(main, slots, MAX_LEN, prefix_blocks=blocks, block_size=B),
+                       DraftRunner(draft, slots, MAX_LEN, prefix_blocks=blocks, block_size=B))
 
 
 def _sequential(engine, prompts: list[list[int]]) -> list[list[int]]:
@@ -81,7 +84,7 @@ class TestPrefixReuseIdentical:
         def run(engine):
             out = {}
             for i, p in enumerate(prompts):
-                engine.core.submit(wire.Submit(f"c{i}", p, PARAMS))
+                engine.submit(f"c{i}", p, PARAMS)
                 if i == 3:
                     out.update(_step(engine, out))
             while len([k for k in out if out[k][1]]) < len(prompts):
@@ -122,7 +125,7 @@ class TestEvictionAndRestart:
     def test_failed_step_keeps_nothing(self, tiny_main, tiny_noisy_draft):
         """Freeing with keep=False (a failed step) retains no blocks."""
         eng = _engine(tiny_main, tiny_noisy_draft, 64)
-        eng.core.submit(wire.Submit("f", SYSTEM[:20], PARAMS))
+        eng.submit("f", SYSTEM[:20], PARAMS)
         eng.step()
         eng.verifier.table.prefix.clear()
         eng.verifier.free(["f"], keep=False)
@@ -131,7 +134,7 @@ class TestEvictionAndRestart:
 
 def _all_at_once(engine, reqs):
     for rid, (p, prm) in reqs.items():
-        engine.core.submit(wire.Submit(rid, p, prm))
+        engine.submit(rid, p, prm)
     out, done = {rid: [] for rid in reqs}, set()
     while len(done) < len(reqs):
         for d in engine.step():

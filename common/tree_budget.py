@@ -1,0 +1,78 @@
+"""The tree budget: the one place that bounds a draft tree's size and depth and the KV rows
+reserved for it. Torch-free; the scheduler (what a round asks for), the draft and verifier
+workers (KV headroom) and the in-process engine all read it from the same Config.
+
+* ``size``: nodes per tree. ``tree_size`` N forces N (0 = plain decoding); ``auto`` lets
+  the policy (``services/scheduler/tree_policy.py``) choose up to ``AUTO_MAX_NODES``.
+* ``depth``: levels, at most ``max_accept_length`` and never more than the size.
+* look-ahead (draft/verify overlap) trees: ``GUESS_SIZE_FACTOR`` x the round's size
+  (capped at ``MAX_GUESS_SIZE``), ``GUESS_EXTRA_DEPTH`` levels deeper.
+* KV headroom past ``max_model_len``: the verifier writes one row per tree node; the draft
+  one row per expanded frontier node (``DRAFT_WIDTH`` per level) plus a guessed path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.config import AUTO, Config
+
+AUTO_DEFAULT_SIZE = 16  # nodes, used until costs and acceptance are measured
+AUTO_MAX_NODES = 64  # largest tree "auto" considers
+GUESS_SIZE_FACTOR = 2  # a guess tree also covers the accepted tail and several bonus candidates
+GUESS_EXTRA_DEPTH = 2  # levels beyond the round's max depth
+MAX_GUESS_SIZE = 256  # nodes
+DRAFT_WIDTH = 4  # frontier nodes the draft expands per level (DraftRunner's default)
+MIN_KV_HEADROOM = 256  # KV rows past max_model_len every worker keeps at least
+
+
+@dataclass(frozen=True)
+class TreeBudget:
+    """Bounds on every draft tree of a deployment. ``size`` None = ``auto``."""
+
+    size: int | None
+    max_depth: int
+
+    def __post_init__(self) -> None:
+        if (self.size is not None and self.size < 0) or self.max_depth < 1:
+            raise ValueError(f"invalid tree budget: size {self.size}, max_depth {self.max_depth}")
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> "TreeBudget":
+        """``tree_size`` (``auto`` or nodes) and ``max_accept_length`` (levels)."""
+        return cls(None if cfg.tree_size == AUTO else int(cfg.tree_size), cfg.max_accept_length)
+
+    @property
+    def auto(self) -> bool:
+        return self.size is None
+
+    @property
+    def speculative(self) -> bool:
+        """False for plain decoding (``tree_size`` 0)."""
+        return self.size != 0
+
+    @property
+    def max_nodes(self) -> int:
+        """Most nodes any round asks for."""
+        return AUTO_MAX_NODES if self.size is None else self.size
+
+    def default_shape(self) -> tuple[int, int]:
+        """(nodes, depth) before anything is measured; (0, 0) = plain decoding."""
+        if self.size is None:
+            return AUTO_DEFAULT_SIZE, self.max_depth
+        return (0, 0) if self.size == 0 else self.clamp(self.size, self.max_depth)
+
+    def clamp(self, size: int, depth: int) -> tuple[int, int]:
+        """(size, depth) cut to the budget; depth never exceeds the size."""
+        size = max(0, min(size, self.max_nodes))
+        return size, min(depth, self.max_depth, size)
+
+    def guess_shape(self, size: int, depth: int) -> tuple[int, int]:
+        """(nodes, depth) of a look-ahead tree drafted for a round of shape (size, depth)."""
+        return min(size * GUESS_SIZE_FACTOR, MAX_GUESS_SIZE), depth + GUESS_EXTRA_DEPTH
+
+    @property
+    def kv_headroom(self) -> int:
+        """KV rows a worker keeps free past ``max_model_len`` for the tree in flight."""
+        draft_rows = (self.max_depth + GUESS_EXTRA_DEPTH) * DRAFT_WIDTH + self.max_depth
+        return max(MIN_KV_HEADROOM, self.max_nodes, draft_rows)

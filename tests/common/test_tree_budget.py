@@ -1,0 +1,45 @@
+"""The tree budget: one place bounding tree size, depth and the KV rows reserved for trees."""
+
+import pytest
+
+from common.config import Config
+from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, MIN_KV_HEADROOM, TreeBudget
+
+
+class TestTreeBudget:
+    def test_from_config(self):
+        """tree_size auto / N / 0 and max_accept_length become the budget's size and depth."""
+        assert TreeBudget.from_config(Config(tree_size="auto", max_accept_length=7)) == TreeBudget(None, 7)
+        assert TreeBudget.from_config(Config(tree_size=12, max_accept_length=5)) == TreeBudget(12, 5)
+        assert not TreeBudget.from_config(Config(tree_size=0)).speculative
+
+    @pytest.mark.parametrize("budget,shape", [
+        (TreeBudget(None, 9), (AUTO_DEFAULT_SIZE, 9)),
+        (TreeBudget(4, 8), (4, 4)),  # never deeper than the size
+        (TreeBudget(32, 6), (32, 6)),
+        (TreeBudget(0, 6), (0, 0)),
+    ])
+    def test_default_shape(self, budget, shape):
+        """The shape used before anything is measured."""
+        assert budget.default_shape() == shape
+
+    def test_clamp(self):
+        """Requests beyond the budget are cut to it."""
+        assert TreeBudget(None, 6).clamp(500, 20) == (AUTO_MAX_NODES, 6)
+        assert TreeBudget(8, 6).clamp(16, 3) == (8, 3)
+
+    def test_headroom_covers_every_tree(self):
+        """KV headroom holds the largest tree a round may send (also 1024-node configs) and
+        the draft's level rows of a look-ahead tree."""
+        assert TreeBudget(None, 12).kv_headroom == MIN_KV_HEADROOM
+        assert TreeBudget(1024, 12).kv_headroom >= 1024
+        deep = TreeBudget(None, 64)
+        size, depth = deep.guess_shape(*deep.default_shape())
+        assert deep.kv_headroom >= depth * 4 + 64
+
+    def test_invalid(self):
+        """A negative size or a depth below 1 is refused."""
+        with pytest.raises(ValueError):
+            TreeBudget(-1, 3)
+        with pytest.raises(ValueError):
+            TreeBudget(4, 0)
