@@ -50,6 +50,8 @@ class Config:
     max_model_len: int = 4096  # prompt + generated tokens per sequence
     kv_memory_bytes: int = 0  # KV pool budget per worker; 0 = from kv_memory_fraction
     kv_memory_fraction: float = 0.85  # of free memory, leaving headroom for tree KV
+    prefix_cache: bool = True  # retain prompt/sequence KV blocks and reuse them across requests
+    prefix_cache_block_size: int = 16  # tokens per prefix-cache block (the reuse granularity)
     draft_replicas: int = 1
     verifier_replicas: int = 1
     heartbeat_interval_s: float = 1.0
@@ -92,6 +94,7 @@ def _validate(cfg: Config) -> None:
         "max_queue": cfg.max_queue >= 0,
         "max_model_len": cfg.max_model_len >= 16,
         "kv_memory_fraction": 0.05 <= cfg.kv_memory_fraction <= 0.95,
+        "prefix_cache_block_size": 1 <= cfg.prefix_cache_block_size <= 1024,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
         "draft_quantization": cfg.draft_quantization in ("int4", "none"),
         "overlap": cfg.overlap in (AUTO, "on", "off"),

@@ -232,6 +232,10 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True, kw_only=True):
     slots_total: int = 0
     memory_used: int = 0  # bytes (GPU memory on CUDA, resident set on CPU)
     memory_total: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (since start)
+    prefix_cache_hits: int = 0  # ... of them reused from it
+    prefix_cache_blocks_used: int = 0
+    prefix_cache_blocks_total: int = 0
     v: int = PROTOCOL_VERSION
 
 

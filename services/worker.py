@@ -28,22 +28,34 @@ WARMUP_ID = "__warmup__"
 class Runner(Protocol):
     def step(self, msg): ...
 
-    def free(self, seq_ids: list[str]) -> None: ...
+    def free(self, seq_ids: list[str], keep: bool = True) -> None: ...
+
+
+NO_PREFIX_STATS = (0, 0, 0, 0)
+
+
+def prefix_stats(prefix) -> tuple[int, int, int, int]:
+    """(query tokens, hit tokens, blocks used, blocks total) of a worker's PrefixCache or None."""
+    if prefix is None:
+        return NO_PREFIX_STATS
+    return prefix.queries, prefix.hits, prefix.blocks_used, prefix.blocks_total
 
 
 class WorkerLoop:
     """Serves one runner (draft or verifier) for the scheduler until ``stop()``.
 
-    ``memory``: returns (used, total) bytes for heartbeats; ``slots_used``: KV slots in use.
+    ``memory``: returns (used, total) bytes for heartbeats; ``slots_used``: KV slots in use;
+    ``prefix``: (query tokens, hit tokens, blocks used, blocks total) of the prefix cache.
     """
 
     def __init__(self, cfg: Config, role: wire.Role, replica: str, runner: Runner, hello: wire.Hello,
                  slots_used: Callable[[], int], memory: Callable[[], tuple[int, int]], log,
-                 ctx: zmq.Context | None = None, on_step: Callable[[float, bool], None] | None = None) -> None:
+                 ctx: zmq.Context | None = None, on_step: Callable[[float, bool], None] | None = None,
+                 prefix: Callable[[], tuple[int, int, int, int]] = lambda: NO_PREFIX_STATS) -> None:
         self.cfg, self.role, self.replica, self.runner, self.log = cfg, role, replica, runner, log
         self.on_step = on_step  # (seconds, failed) after every step: the worker's metrics
         self.serving = False  # True while run() serves: the /readyz answer
-        self.hello, self._slots_used, self._memory = hello, slots_used, memory
+        self.hello, self._slots_used, self._memory, self._prefix = hello, slots_used, memory, prefix
         self.ctx = ctx or zmq.Context.instance()
         sock = transport.connect_dealer(self.ctx, cfg.scheduler_address, cfg.curve_dir)
         sock.send(wire.encode(hello))
@@ -52,8 +64,11 @@ class WorkerLoop:
 
     def _heartbeat(self) -> list[list[bytes]]:
         used, total = self._memory()
+        queries, hits, blocks_used, blocks_total = self._prefix()
         hb = wire.Heartbeat(role=self.role, replica=self.replica, ready=True, slots_used=self._slots_used(),
-                            slots_total=self.hello.slots_total, memory_used=used, memory_total=total)
+                            slots_total=self.hello.slots_total, memory_used=used, memory_total=total,
+                            prefix_cache_queries=queries, prefix_cache_hits=hits,
+                            prefix_cache_blocks_used=blocks_used, prefix_cache_blocks_total=blocks_total)
         return [[wire.encode(hb)]]
 
     def stop(self) -> None:
@@ -111,7 +126,7 @@ class WorkerLoop:
             self._observe(start, True)
             ids = [s.seq_id for s in msg.seqs]
             self.log.error("step failed", round=msg.round, error=repr(exc)[:300], seqs=len(ids))
-            self.runner.free(ids)
+            self.runner.free(ids, keep=False)
             if isinstance(msg, wire.DraftStep):
                 return wire.DraftResult(round=msg.round, trees={}, lost=ids, guess=msg.guess)
             return wire.VerifyResult(round=msg.round, outs={}, lost=ids)
@@ -124,12 +139,14 @@ class WorkerLoop:
 
 
 class Built(Protocol):
-    """What a worker builder returns: ``runner``, ``hello`` and ``slots_used()``."""
+    """What a worker builder returns: ``runner``, ``hello``, ``slots_used()`` and ``prefix_stats()``."""
 
     runner: Runner
     hello: wire.Hello
 
     def slots_used(self) -> int: ...
+
+    def prefix_stats(self) -> tuple[int, int, int, int]: ...
 
 
 def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Built],
@@ -169,7 +186,8 @@ def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Bui
             probes.close()
         return 1
     loop = holder["loop"] = WorkerLoop(cfg, role, replica, built.runner, built.hello, built.slots_used,
-                                       lambda: memory(cfg.device), log, on_step=metrics.observe_step)
+                                       lambda: memory(cfg.device), log, on_step=metrics.observe_step,
+                                       prefix=built.prefix_stats)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: loop.stop())
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from common.config import Config
+from common.modeling.budget import plan_prefix_blocks
 from common.modeling.build import eos_ids, load_pair
 from common.modeling.grammar import GrammarMasks
 from common.modeling.model import DecoderModel
@@ -53,11 +54,15 @@ def make_engine(cfg: Config, main: DecoderModel, draft: DecoderModel | None, tok
     grammar = GrammarMasks.from_hf(tok, main.spec.vocab_size, eos_ids(tok))
     runner = None
     if draft is not None and budget.speculative:
-        runner = DraftRunner(draft, slots, max_len, grammar=grammar.sibling() if grammar else None)
+        runner = DraftRunner(draft, slots, max_len, grammar=grammar.sibling() if grammar else None,
+                             prefix_blocks=plan_prefix_blocks(cfg, draft, slots, max_len),
+                             block_size=cfg.prefix_cache_block_size)
     if runner is None:
         cfg = replace(cfg, tree_size=0)
     core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))
-    return LocalEngine(cfg, core, VerifierRunner(main, slots, max_len, grammar), runner, costs if runner else None)
+    verifier = VerifierRunner(main, slots, max_len, grammar, plan_prefix_blocks(cfg, main, slots, max_len),
+                              cfg.prefix_cache_block_size)
+    return LocalEngine(cfg, core, verifier, runner, costs if runner else None)
 
 
 def build_local_engine(cfg: Config, slots: int = 4, tree: tuple[int, int] | None = None):

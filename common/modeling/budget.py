@@ -33,6 +33,27 @@ def memory_usage(device: str) -> tuple[int, int]:
     return int(psutil.Process().memory_info().rss), int(psutil.virtual_memory().total)
 
 
+def kv_budget(cfg: Config) -> int:
+    """KV bytes per worker: ``kv_memory_bytes`` if set, else ``kv_memory_fraction`` of available memory."""
+    return cfg.kv_memory_bytes or int(cfg.kv_memory_fraction * available_bytes(cfg.device))
+
+
+def plan_prefix_blocks(cfg: Config, model: DecoderModel, slots: int, max_len: int) -> int:
+    """Prefix-cache blocks for ``model`` (0 when ``prefix_cache`` is off).
+
+    The pool takes what the KV budget leaves after ``slots x max_len`` slot rows, but at
+    most as many tokens as the slots hold (the pool is allocated lazily: its pages are
+    only touched as blocks get stored).
+    """
+    if not cfg.prefix_cache:
+        return 0
+    s = model.spec
+    per_token = KVCache.bytes_per_token(s.num_layers, model._local_kv(), s.head_dim, model.dtype)
+    per_block = per_token * cfg.prefix_cache_block_size
+    left = kv_budget(cfg) - slots * max_len * per_token
+    return int(max(0, min(left // per_block, slots * max_len // cfg.prefix_cache_block_size)))
+
+
 def plan_slots(cfg: Config, model: DecoderModel, headroom_tokens: int) -> tuple[int, int]:
     """(slots, max_len tokens) for ``model``'s KV pool.
 
@@ -44,7 +65,7 @@ def plan_slots(cfg: Config, model: DecoderModel, headroom_tokens: int) -> tuple[
     max_len = cfg.max_model_len + headroom_tokens
     per_token = KVCache.bytes_per_token(s.num_layers, model._local_kv(), s.head_dim, model.dtype)
     per_slot = per_token * max_len
-    budget = cfg.kv_memory_bytes or int(cfg.kv_memory_fraction * available_bytes(cfg.device))
+    budget = kv_budget(cfg)
     slots = min(cfg.max_running, budget // per_slot)
     if slots < 1:
         raise MemoryBudgetError(

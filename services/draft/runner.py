@@ -17,6 +17,7 @@ from common import wire
 from common.modeling.grammar import GrammarMasks
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
+from common.modeling.prefix_cache import PrefixCache
 from common.modeling.runner import forward_segments
 from common.modeling.sampling import probs_from_logits
 from common.tree import ROOT
@@ -32,10 +33,12 @@ class DraftRunner:
     """Owns the draft model and its KV cache; ``step`` answers one DraftStep."""
 
     def __init__(self, model: DecoderModel, slots: int, max_len: int, topk: int = 4,
-                 width: int = 4, min_path_prob: float = 0.02, grammar: GrammarMasks | None = None) -> None:
+                 width: int = 4, min_path_prob: float = 0.02, grammar: GrammarMasks | None = None,
+                 prefix_blocks: int = 0, block_size: int = 16) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
-        self.table = SlotTable(self.cache, model.spec.vocab_size)
+        prefix = PrefixCache(self.cache, prefix_blocks, block_size) if prefix_blocks > 0 else None
+        self.table = SlotTable(self.cache, model.spec.vocab_size, prefix)
         self.topk, self.width, self.min_path_prob = topk, width, min_path_prob
         self.grammar = grammar  # propose only grammar-valid tokens (None: unconstrained drafts)
 
@@ -49,8 +52,9 @@ class DraftRunner:
                                 lost=lost, draft_ms=ms,
                                 guess=msg.guess)
 
-    def free(self, seq_ids: list[str]) -> None:
-        self.table.free(seq_ids)
+    def free(self, seq_ids: list[str], keep: bool = True) -> None:
+        """Release sequences; ``keep``: retain their KV blocks in the prefix cache."""
+        self.table.free(seq_ids, keep)
         if self.grammar is not None:
             self.grammar.free(seq_ids)
 
@@ -61,6 +65,7 @@ class DraftRunner:
         for s, slot in zip(seqs, slots):
             base = self.cache.lengths[slot]
             self.cache.commit(slot, list(range(base, base + len(s.new_tokens))))
+            self.table.extend(s.seq_id, s.new_tokens)
         builders = [TreeBuilder(TreeShape(s.tree_size, s.max_depth, self.topk, self.width, self.min_path_prob))
                     for s in seqs]
         self._expand(builders, seqs, [[ROOT] for _ in seqs], [h[-1:] for h in hidden])

@@ -24,6 +24,10 @@ METRIC_LABELS: dict[str, tuple[str, ...]] = {
     "treespec:kv_slots_capacity": ("service", "replica"),  # a gauge: no _total
     "treespec:memory_used_bytes": ("service", "replica"),
     "treespec:memory_total_bytes": ("service", "replica"),
+    "treespec:prefix_cache_queries_total": ("service", "replica"),
+    "treespec:prefix_cache_hits_total": ("service", "replica"),
+    "treespec:prefix_cache_blocks_used": ("service", "replica"),
+    "treespec:prefix_cache_blocks_capacity": ("service", "replica"),
     "treespec:spec_decode_num_drafts_total": (),
     "treespec:spec_decode_num_draft_tokens_total": (),
     "treespec:spec_decode_num_accepted_tokens_total": (),

@@ -53,12 +53,21 @@ class StatsCollector:
     @staticmethod
     def _worker_gauges(workers: list[wire.Heartbeat]) -> Iterator[Metric]:
         fields = {"kv_slots_used": "slots_used", "kv_slots_capacity": "slots_total",
-                  "memory_used_bytes": "memory_used", "memory_total_bytes": "memory_total"}
+                  "memory_used_bytes": "memory_used", "memory_total_bytes": "memory_total",
+                  "prefix_cache_blocks_used": "prefix_cache_blocks_used",
+                  "prefix_cache_blocks_capacity": "prefix_cache_blocks_total"}
         for name, attr in fields.items():
             g = GaugeMetricFamily(P + name, f"Worker {attr.replace('_', ' ')}", labels=["service", "replica"])
             for w in workers:
                 g.add_metric([_service(w), w.replica], getattr(w, attr))
             yield g
+        counters = {"prefix_cache_queries": "Prompt tokens looked up in the prefix cache",
+                    "prefix_cache_hits": "Prompt tokens reused from the prefix cache"}
+        for name, doc in counters.items():
+            c = CounterMetricFamily(P + name, doc, labels=["service", "replica"])
+            for w in workers:
+                c.add_metric([_service(w), w.replica], getattr(w, name))
+            yield c
 
     @staticmethod
     def _spec(s: wire.Stats) -> Iterator[Metric]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from common import wire
 from common.config import Config
 from common.logging import round_event
+from common.prefix_hash import block_keys
 from common.tree import TokenTree
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence
 from services.scheduler.overlap import Lookahead, overlap_pays
@@ -100,11 +101,17 @@ class RoundDriver:
         """Forget ``seq``'s KV on its ``role`` worker; tell that worker to free it."""
         placement = seq.placement(role)
         w = self.workers.get(placement.worker)
+        held = min(placement.held, len(seq.tokens))
         placement.lost()
         if w is None:
             return []
         w.seqs.discard(seq.request_id)
+        w.prefix.add(self._keys(seq.tokens[:held]))  # the worker retains the blocks it held
         return [(w.identity, wire.Free(seq_ids=[seq.request_id]))]
+
+    def _keys(self, tokens: list[int]) -> list[int]:
+        """Prefix-cache block keys of ``tokens`` (none when the cache is off)."""
+        return block_keys(tokens, self.cfg.prefix_cache_block_size) if self.cfg.prefix_cache else []
 
     def _release(self, seq: Sequence) -> list[Out]:
         self.losses.pop(seq.request_id, None)
@@ -115,11 +122,13 @@ class RoundDriver:
         placement = seq.placement(role)
         w = self.workers.get(placement.worker)
         if w is None:
-            w = self.workers.pick(role)
+            keys = self._keys(seq.tokens)
+            w = self.workers.pick(role, keys)
             if w is None:
                 return None
             placement.place(w.key)
             w.seqs.add(seq.request_id)
+            w.prefix.add(keys)
         return w
 
     def _final(self, seq: Sequence, reason: wire.FinishReason, error: str | None = None) -> list[Out]:

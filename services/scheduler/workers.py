@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import wire
+from services.scheduler.prefix_index import PrefixIndex, choose
+
+LOAD_SLACK = 0.25  # cache-aware placement may pick a worker up to this fraction of its slots busier
 
 
 @dataclass
@@ -24,6 +27,7 @@ class Worker:
     heartbeat: wire.Heartbeat | None = None
     seqs: set[str] = field(default_factory=set)  # sequence ids placed on it
     devices: tuple[str, ...] = ()  # from Hello: where it computes ("cpu", "cuda:0", ...)
+    prefix: PrefixIndex = field(default_factory=PrefixIndex)  # block keys its prefix cache probably holds
 
     @property
     def key(self) -> str:
@@ -68,6 +72,7 @@ class WorkerRegistry:
             self._by_key[w.key] = w
         w.last_seen, w.heartbeat = now, hb
         w.slots_total = hb.slots_total or w.slots_total
+        w.prefix.resize(hb.prefix_cache_blocks_total)
         return w
 
     def touch(self, identity: bytes, now: float) -> None:
@@ -100,7 +105,10 @@ class WorkerRegistry:
         """Total KV slots (sequences) over the live workers of ``role``."""
         return sum(w.slots_total for w in self.alive(role))
 
-    def pick(self, role: wire.Role) -> Worker | None:
-        """The least loaded live worker of ``role`` with a free slot, or None."""
-        free = [w for w in self.alive(role) if len(w.seqs) < w.slots_total]
-        return min(free, key=lambda w: (len(w.seqs) / max(w.slots_total, 1), w.key), default=None)
+    def pick(self, role: wire.Role, keys: list[int] | None = None) -> Worker | None:
+        """A live worker of ``role`` with a free slot, or None: the least loaded, unless one
+        within ``LOAD_SLACK`` of it probably holds a longer prefix of the sequence's block
+        ``keys`` (cache-aware placement, ``prefix_index.py``)."""
+        free = sorted((w for w in self.alive(role) if len(w.seqs) < w.slots_total), key=lambda w: w.key)
+        return choose(free, lambda w: len(w.seqs) / max(w.slots_total, 1),
+                      lambda w: w.prefix.match(keys) if keys else 0, LOAD_SLACK)

@@ -11,6 +11,7 @@ from common import wire
 from common.modeling.grammar import GrammarMasks, apply_mask
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
+from common.modeling.prefix_cache import PrefixCache
 from common.modeling.runner import forward_segments
 from common.modeling.sampling import apply_penalties, greedy, probs_from_logits
 from common.modeling.slots import SlotTable
@@ -22,14 +23,16 @@ class VerifierRunner:
     """Owns the main model and its KV cache; ``step`` answers one VerifyStep."""
 
     def __init__(self, model: DecoderModel, slots: int, max_len: int,
-                 grammar: GrammarMasks | None = None) -> None:
+                 grammar: GrammarMasks | None = None, prefix_blocks: int = 0, block_size: int = 16) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
-        self.table = SlotTable(self.cache, model.spec.vocab_size)
+        prefix = PrefixCache(self.cache, prefix_blocks, block_size) if prefix_blocks > 0 else None
+        self.table = SlotTable(self.cache, model.spec.vocab_size, prefix)
         self.grammar = grammar  # constrained decoding (SamplingParams.grammar); None = refused
 
-    def free(self, seq_ids: list[str]) -> None:
-        self.table.free(seq_ids)
+    def free(self, seq_ids: list[str], keep: bool = True) -> None:
+        """Release sequences; ``keep``: retain their KV blocks in the prefix cache."""
+        self.table.free(seq_ids, keep)
         if self.grammar is not None:
             self.grammar.free(seq_ids)
 
@@ -73,6 +76,7 @@ class VerifierRunner:
             base, p = self.cache.lengths[slot], len(s.new_tokens)
             keep = list(range(base, base + p)) + [base + p + i for i in outs[s.seq_id].accepted]
             self.cache.commit(slot, keep)
+            self.table.extend(s.seq_id, list(s.new_tokens) + [int(tree.tokens[a]) for a in outs[s.seq_id].accepted])
         return outs
 
     def _accept(self, s: wire.VerifySeq, tree: TokenTree, lg: torch.Tensor) -> wire.VerifyOut:

@@ -203,7 +203,9 @@ class TensorParallelVerifier:
         _broadcast_bytes(wire.encode(msg), self._device, self._group)
         return self.runner.step(msg)
 
-    def free(self, seq_ids: list[str]) -> None:
+    def free(self, seq_ids: list[str], keep: bool = True) -> None:
+        """Release sequences on every rank (tensor-parallel runs have no prefix cache: ``keep``
+        is accepted for the runner interface and has no effect)."""
         _broadcast_bytes(wire.encode(wire.Free(seq_ids=list(seq_ids))), self._device, self._group)
         self.runner.free(seq_ids)
 

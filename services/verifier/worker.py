@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from common import wire
 from common.config import AUTO, Config
-from common.modeling.budget import plan_slots
+from common.modeling.budget import plan_prefix_blocks, plan_slots
 from common.modeling.devices import device_ids
 from common.modeling.build import eos_ids, main_model
 from common.modeling.runner import measure_forward_ms
@@ -15,7 +15,7 @@ from common.tree_budget import TreeBudget
 from common.tree import TokenTree
 from common.modeling.grammar import GrammarMasks
 from services.verifier.runner import VerifierRunner
-from services.worker import WARMUP_ID, WARMUP_TOKENS
+from services.worker import WARMUP_ID, WARMUP_TOKENS, prefix_stats
 
 
 @dataclass
@@ -26,6 +26,10 @@ class VerifierWorker:
     def slots_used(self) -> int:
         inner = getattr(self.runner, "runner", self.runner)  # TensorParallelVerifier wraps rank 0's
         return inner.cache.slots_used
+
+    def prefix_stats(self) -> tuple[int, int, int, int]:
+        inner = getattr(self.runner, "runner", self.runner)
+        return prefix_stats(inner.table.prefix)
 
 
 def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
@@ -38,10 +42,13 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
         return _build_tensor_parallel(cfg, replica, log)
     model, tok = main_model(cfg)
     slots, max_len = plan_slots(cfg, model, TreeBudget.from_config(cfg).kv_headroom)
-    runner = VerifierRunner(model, slots, max_len, GrammarMasks.from_hf(tok, model.spec.vocab_size, eos_ids(tok)))
+    blocks = plan_prefix_blocks(cfg, model, slots, max_len)
+    runner = VerifierRunner(model, slots, max_len, GrammarMasks.from_hf(tok, model.spec.vocab_size, eos_ids(tok)),
+                            blocks, cfg.prefix_cache_block_size)
     _warm_up(runner)
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
-    log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost)
+    log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost,
+             prefix_cache_blocks=blocks)
     hello = wire.Hello(role=wire.Role.VERIFIER, replica=replica, pid=os.getpid(), slots_total=slots, max_len=max_len,
                        eos_ids=sorted(eos_ids(tok)), cost_ms=cost,
                        devices=device_ids(cfg.device))
@@ -53,7 +60,7 @@ def _warm_up(runner) -> None:
     seq = wire.VerifySeq(seq_id=WARMUP_ID, prefix_len=0, new_tokens=WARMUP_TOKENS, tree=empty,
                          params=wire.SamplingParams())
     runner.step(wire.VerifyStep(round=0, seqs=[seq]))
-    runner.free([WARMUP_ID])
+    runner.free([WARMUP_ID], keep=False)
 
 
 def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:

@@ -52,3 +52,16 @@ class TestLoadConfig:
         """An overlap value other than auto/on/off raises ConfigError naming the key."""
         with pytest.raises(ConfigError, match="overlap"):
             load_config(environ={"TREESPEC_OVERLAP": "sometimes"})
+
+
+class TestPrefixCacheKeys:
+    def test_defaults_and_env(self):
+        """The prefix cache is on by default with 16-token blocks; TREESPEC_PREFIX_CACHE=false turns it off."""
+        cfg = load_config(environ={})
+        assert cfg.prefix_cache is True and cfg.prefix_cache_block_size == 16
+        assert load_config(environ={"TREESPEC_PREFIX_CACHE": "false"}).prefix_cache is False
+
+    def test_bad_block_size_names_key(self):
+        """A block size of 0 is refused, naming the key."""
+        with pytest.raises(ConfigError, match="prefix_cache_block_size"):
+            load_config(overrides={"prefix_cache_block_size": 0}, environ={})

@@ -15,7 +15,9 @@ from tests.gateway.fakes import FakeBackend, deltas
 BODY = {"prompt": "hi", "max_tokens": 10}
 STATS = wire.Stats(running=1, waiting=0, num_drafts=4, num_draft_tokens=40, num_accepted_tokens=8,
                    accepted_per_pos=[3, 3, 2], tree_size=10, ready=True,
-                   workers=[wire.Heartbeat(role=wire.Role.VERIFIER, replica="v0", slots_used=1, slots_total=4)])
+                   workers=[wire.Heartbeat(role=wire.Role.VERIFIER, replica="v0", slots_used=1, slots_total=4,
+                                           prefix_cache_queries=300, prefix_cache_hits=256,
+                                           prefix_cache_blocks_used=16, prefix_cache_blocks_total=64)])
 
 
 def post(backend, body=BODY, path="/v1/completions"):
@@ -130,6 +132,20 @@ class TestMetrics:
             n.removesuffix("_count") for n in names}
         assert 'treespec:requests_total{status="length"} 1.0' in text
         assert "treespec:mean_accepted_length 3.0" in text
+
+    def test_prefix_cache_per_worker(self):
+        """Each worker's prefix-cache query/hit tokens and blocks are exported with its labels."""
+        backend = FakeBackend(stats=STATS)
+
+        async def scenario(client):
+            return await (await client.get("/metrics")).text()
+        text = serve(make_test_app(backend), scenario)
+        labels = '{replica="v0",service="verifier"}'
+        for line in (f"treespec:prefix_cache_queries_total{labels} 300.0",
+                     f"treespec:prefix_cache_hits_total{labels} 256.0",
+                     f"treespec:prefix_cache_blocks_used{labels} 16.0",
+                     f"treespec:prefix_cache_blocks_capacity{labels} 64.0"):
+            assert line in text
 
 
 class TestTorchFree:
