@@ -176,7 +176,7 @@ class VerifySeq(msgspec.Struct, frozen=True, kw_only=True):
     tree: Tree
     params: SamplingParams
     history: list[int] = []  # output tokens so far, for penalties and grammar (empty when unused)
-    seed: int = 0  # sampling: this round's generator seed (request seed + committed length)
+    seed: int = 0  # sampling: the request's seed; position t's token is drawn with noise keyed by (seed, t)
     banned: list[int] = []  # min_tokens: token ids masked out (EOS, stop ids) ...
     ban_depth: int = 0  # ... at tree rows of depth < ban_depth (root = depth 0)
 

@@ -1,7 +1,9 @@
-"""Physical identities of the devices a worker computes on (for ``overlap = auto``)."""
+"""Physical identities of the devices a worker computes on (for ``overlap = auto``), and
+the hot paths' one device-to-host transfer (``to_host``)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -20,3 +22,30 @@ def device_ids(device: str, count: int = 1) -> list[str]:
         uuid = getattr(torch.cuda.get_device_properties(idx), "uuid", None) if torch.cuda.is_available() else None
         ids.append(f"GPU-{uuid}" if uuid is not None else f"cuda:{idx}")
     return ids
+
+
+_TENSOR_TO = torch.Tensor.to  # bound at import: a test's transfer guard patches the Tensor methods
+_TENSOR_NUMPY = torch.Tensor.numpy
+NUMPY_DTYPES = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32,
+                torch.float64: np.float64, torch.bool: np.bool_}
+
+
+def to_host(tensors: list[torch.Tensor]) -> list[np.ndarray]:
+    """The one device-to-host transfer of the draft and verifier hot paths.
+
+    Packs ``tensors`` (any shapes; int64 ids below 2**53, float32 scores, bool) into one
+    float64 vector on their device, copies it to the host once (one sync on an
+    accelerator), and returns numpy arrays of the original shapes and dtypes. Every other
+    host read in a step is a bug on GPU (a test patches ``Tensor.numpy``/``item``/... to
+    fail during steps). Raises KeyError for a dtype not in ``NUMPY_DTYPES``.
+    """
+    if not tensors:
+        return []
+    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+    host = _TENSOR_NUMPY(_TENSOR_TO(flat, "cpu"))
+    out, start = [], 0
+    for t in tensors:
+        n = t.numel()
+        out.append(host[start:start + n].reshape(tuple(t.shape)).astype(NUMPY_DTYPES[t.dtype]))
+        start += n
+    return out

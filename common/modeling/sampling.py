@@ -55,3 +55,44 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     """Argmax ``[N]`` int64. Tie-break: the lowest token id among equal maxima (torch.argmax
     returns the first maximal index); plain decoding and tree verification both use this."""
     return logits.argmax(dim=-1)
+
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """SplitMix64 finaliser (Steele et al. 2014): a bijective 64-bit mix, as Python ints."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def position_noise(seed: int, positions: list[int], vocab: int, device) -> torch.Tensor:
+    """Exp(1) noise ``[len(positions), vocab]`` fp32 on ``device``; row j is a
+    deterministic function of (``seed``, ``positions[j]``) alone (a generator on the
+    device seeded with ``splitmix64(seed ^ splitmix64(position))``), so the token drawn at
+    an absolute position does not depend on the tree, the batch or the round it falls in.
+    ``seed``: any integer (reduced mod 2**64)."""
+    rows = []
+    for pos in positions:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(splitmix64((seed & MASK64) ^ splitmix64(pos)) >> 1)
+        rows.append(torch.empty(vocab, device=device).exponential_(generator=gen))
+    return torch.stack(rows)
+
+
+def draw_tokens(scores: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int,
+                positions: list[int], row_position: torch.Tensor) -> torch.Tensor:
+    """One token per row ``[N]`` int64 (on the scores' device): argmax for greedy
+    (``temperature`` <= 0), else the exponential race ``argmax(p / E)`` with ``p`` the
+    processed distribution (temperature, top-k, top-p) and ``E`` the Exp(1) noise of the
+    row's absolute position. ``argmax(p / E)`` is distributed as ``p`` (min of independent
+    exponentials E_x / p_x is attained at x with probability p_x; Gumbel-max in another
+    form). ``scores``: ``[N, V]`` fp32 logits; ``positions``: the distinct absolute
+    positions; ``row_position`` ``[N]`` int64: each row's index into ``positions``."""
+    if temperature <= 0:
+        return greedy(scores)
+    probs = probs_from_logits(scores, temperature, top_k, top_p)
+    noise = position_noise(seed, positions, scores.shape[-1], scores.device)  # [len(positions), V]
+    return (probs / noise[row_position]).argmax(dim=-1)

@@ -15,6 +15,7 @@ import torch
 
 from common import wire
 from common.modeling.grammar import GrammarMasks
+from common.modeling.devices import to_host
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
 from common.modeling.prefix_cache import PrefixCache
@@ -84,23 +85,27 @@ class DraftRunner:
         return {s.seq_id: b.result() for s, b in zip(seqs, builders)}
 
     def _expand(self, builders, seqs, parents_per_seq, hidden) -> None:
-        """Add the top-k children of each expanded node from its draft logits."""
+        """Add the top-k children of each expanded node from its draft logits (one host
+        transfer for the whole level)."""
         logits = self.model.logits(torch.cat(hidden))  # [sum nodes, K or V]
-        offset = 0
-        for b, s, parents in zip(builders, seqs, parents_per_seq):
-            lg = logits[offset:offset + len(parents)]
-            offset += len(parents)
+        sizes = [len(p) for p in parents_per_seq]
+        tops, plain = [], []
+        for b, s, parents, lg in zip(builders, seqs, parents_per_seq, logits.split(sizes)):
             k = min(self.topk, s.tree_size) or 1
             if s.grammar is not None and self.grammar is not None:
                 constrained_children(self.grammar, self.model.head_ids, b, s, parents, lg, k)
                 continue
             probs = (probs_from_logits(lg, s.temperature, s.top_k, s.top_p) if s.temperature > 0
                      else torch.softmax(lg, dim=-1))
-            top = torch.topk(probs, k, dim=-1)
+            top = torch.topk(probs, k, dim=-1)  # [nodes, k]
             ids = top.indices if self.model.head_ids is None else self.model.head_ids[top.indices]
-            logp = torch.log(top.values.clamp_min(1e-30))
+            tops += [ids, torch.log(top.values.clamp_min(1e-30))]
+            plain.append((b, parents))
+        host = to_host(tops)
+        for i, (b, parents) in enumerate(plain):
+            ids, logp = host[2 * i], host[2 * i + 1]
             for row, parent in enumerate(parents):
-                b.add_children(parent, ids[row].cpu().numpy(), logp[row].cpu().numpy())
+                b.add_children(parent, ids[row], logp[row])
 
     def _level(self, slots, builders, rows, frontiers, committed) -> list[torch.Tensor]:
         """Forward the frontier nodes of each sequence; each sees the committed prefix and
@@ -126,8 +131,9 @@ class DraftRunner:
                 row_of[node] = start + r
         for s, front in zip(slots, frontiers):
             self.cache.check_room(s, len(front))
-        h = self.model.forward(torch.from_numpy(tok), torch.from_numpy(pos), self.cache, slots,
-                               torch.from_numpy(mask))
+        dev = self.model.device
+        h = self.model.forward(torch.from_numpy(tok).to(dev), torch.from_numpy(pos).to(dev), self.cache, slots,
+                               torch.from_numpy(mask).to(dev))
         for b, (slot, front) in enumerate(zip(slots, frontiers)):
             self.cache.lengths[slot] += len(front)  # keep tree rows until the step ends
         return [h[b, :len(f)] for b, f in enumerate(frontiers)]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from common import wire
 from common.wire import FinishReason
 
-SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant to decorrelate per-round seeds
 
 
 @dataclass
@@ -67,11 +66,6 @@ class Sequence:
     @property
     def tokens(self) -> list[int]:
         return self.prompt + self.output
-
-    def round_seed(self) -> int:
-        """Per-round generator seed: a function of the request seed and committed length,
-        so a seeded request samples the same tokens however it is batched or re-placed."""
-        return (self.seed * SEED_MIX + len(self.prompt) + len(self.output)) % (2**63)
 
     def placement(self, role: wire.Role) -> Placement:
         """The sequence's placement on its ``role`` worker (draft or verifier)."""
@@ -162,7 +156,7 @@ class SchedulerCore:
         banned = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else seq.eos_ids)) if ban_depth else []
         held = seq.verifier.held
         return wire.VerifySeq(seq_id=seq.request_id, prefix_len=held, new_tokens=seq.tokens[held:], tree=tree,
-                              params=p, history=hist, seed=seq.round_seed(), banned=banned, ban_depth=ban_depth)
+                              params=p, history=hist, seed=seq.seed, banned=banned, ban_depth=ban_depth)
 
     def commit(self, seq: Sequence, tree_tokens: list[int], out: wire.VerifyOut) -> wire.TokenDelta:
         """Apply a verification result: accepted tokens + bonus, truncated at the first

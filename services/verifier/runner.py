@@ -1,22 +1,25 @@
 """Tree verification: one batched main-model forward over every sequence's (new committed
-tokens + draft tree), acceptance, and commit of the accepted path's KV rows."""
+tokens + draft tree), one drawn token per tree row, one host transfer, the acceptance
+walk, and commit of the accepted path's KV rows."""
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from common import wire
 from common.modeling.grammar import GrammarMasks, apply_mask
+from common.modeling.devices import to_host
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
 from common.modeling.prefix_cache import PrefixCache
 from common.modeling.runner import forward_segments
-from common.modeling.sampling import apply_penalties, greedy, probs_from_logits
+from common.modeling.sampling import apply_penalties, draw_tokens
 from common.modeling.slots import SlotTable
 from common.tree import TokenTree, children, depths, path_to
-from services.verifier.acceptance import greedy_accept, sample_accept
+from services.verifier.acceptance import accept_walk
 
 
 class VerifierRunner:
@@ -68,31 +71,39 @@ class VerifierRunner:
         # rows scored: the root (last new token) and every tree node -> [n + 1, H] each
         scored = [h[len(s.new_tokens) - 1:] for h, s in zip(hidden, seqs)]
         logits = self.model.logits(torch.cat(scored))  # [sum(n + 1), V] fp32
-        outs, offset = {}, 0
-        for s, slot, tree in zip(seqs, slots, trees):
-            lg = logits[offset:offset + len(tree) + 1]
-            offset += len(tree) + 1
-            outs[s.seq_id] = self._accept(s, tree, lg)
+        sizes = [len(t) + 1 for t in trees]
+        on_device = [self._draw(s, t, lg) for s, t, lg in zip(seqs, trees, logits.split(sizes))]
+        host = to_host([x for group in on_device for x in group])  # the step's one transfer
+        outs = {}
+        for s, slot, tree, group in zip(seqs, slots, trees, on_device):
+            drawn, lps = host[0], host[1:len(group)]
+            host = host[len(group):]
+            accepted, bonus = accept_walk(tree.tokens, children(tree.parents), drawn)
+            outs[s.seq_id] = wire.VerifyOut(accepted=accepted, bonus=bonus,
+                                            logprobs=token_logprobs(accepted, *lps) if lps else None)
             base, p = self.cache.lengths[slot], len(s.new_tokens)
-            keep = list(range(base, base + p)) + [base + p + i for i in outs[s.seq_id].accepted]
+            keep = list(range(base, base + p)) + [base + p + i for i in accepted]
             self.cache.commit(slot, keep)
             self.table.extend(s.seq_id, list(s.new_tokens) + [int(tree.tokens[a]) for a in outs[s.seq_id].accepted])
         return outs
 
-    def _accept(self, s: wire.VerifySeq, tree: TokenTree, lg: torch.Tensor) -> wire.VerifyOut:
-        """Acceptance for one sequence; lg: ``[n + 1, V]`` raw fp32 logits."""
+    def _draw(self, s: wire.VerifySeq, tree: TokenTree, lg: torch.Tensor) -> list[torch.Tensor]:
+        """On the device, for one sequence (``lg``: ``[n + 1, V]`` raw fp32 logits): the
+        token drawn at each row ``[n + 1]`` and, when logprobs are asked for, each row's
+        log-probability of it ``[n + 1]`` and its top alternatives ``[n + 1, k]`` x 2."""
         prm = s.params
-        kids = children(tree.parents)
         pen = penalized(lg, prm, tree, s.history)
         scores = self._constrain(s, tree, ban_until_min_tokens(pen, tree, s.banned, s.ban_depth), pen)
-        if prm.temperature <= 0:
-            accepted, bonus = greedy_accept(tree.tokens, kids, greedy(scores).numpy())
-        else:
-            probs = probs_from_logits(scores, prm.temperature, prm.top_k, prm.top_p)
-            gen = torch.Generator().manual_seed(s.seed)
-            accepted, bonus = sample_accept(tree.tokens, kids, probs, gen)
-        lps = token_logprobs(lg, tree, accepted, bonus, prm.logprobs) if prm.logprobs is not None else None
-        return wire.VerifyOut(accepted=accepted, bonus=bonus, logprobs=lps)
+        row_depth = np.concatenate([[0], depths(tree.parents)]).astype(np.int64)  # [n + 1]
+        root = s.prefix_len + len(s.new_tokens)  # absolute position of the root row's token
+        positions = [root + d for d in range(int(row_depth.max()) + 1)]
+        drawn = draw_tokens(scores, prm.temperature, prm.top_k, prm.top_p, s.seed, positions,
+                            torch.from_numpy(row_depth).to(scores.device))
+        if prm.logprobs is None:
+            return [drawn]
+        lp = torch.log_softmax(lg, dim=-1)  # raw logits, before sampling transforms
+        top = torch.topk(lp, prm.logprobs, dim=-1)
+        return [drawn, lp.gather(1, drawn[:, None])[:, 0], top.values, top.indices]
 
 
     def _constrain(self, s: wire.VerifySeq, tree: TokenTree, scores: torch.Tensor,
@@ -131,21 +142,18 @@ def ban_until_min_tokens(scores: torch.Tensor, tree: TokenTree, banned: list[int
     return out
 
 
-def token_logprobs(lg: torch.Tensor, tree: TokenTree, accepted: list[int], bonus: int,
-                   top: int) -> list[wire.TokenLogprob]:
+def token_logprobs(accepted: list[int], chosen: np.ndarray, top_values: np.ndarray,
+                   top_ids: np.ndarray) -> list[wire.TokenLogprob]:
     """Main-model log-probabilities (raw logits, before sampling transforms) of each
-    committed token (accepted tokens then the bonus), with ``top`` alternatives each."""
+    committed token (accepted tokens then the bonus), with the top alternatives each. The
+    committed token at row r is ``drawn[r]`` (the walk accepts a child only when it equals
+    its parent row's drawn token), so ``chosen`` holds its log-probability. Host arrays:
+    ``chosen`` ``[n + 1]``,
+    ``top_values``/``top_ids`` ``[n + 1, k]``."""
     rows = [0] + [1 + a for a in accepted]  # the distribution each token was drawn from
-    toks = [int(tree.tokens[a]) for a in accepted] + [bonus]
-    lp = torch.log_softmax(lg[rows], dim=-1)  # [k + 1, V]
-    out = []
-    for r, t in enumerate(toks):
-        alts = []
-        if top:
-            v, i = torch.topk(lp[r], top)
-            alts = [(int(a), float(b)) for a, b in zip(i.tolist(), v.tolist())]
-        out.append(wire.TokenLogprob(logprob=float(lp[r, t]), top=alts))
-    return out
+    return [wire.TokenLogprob(logprob=float(chosen[r]),
+                              top=[(int(i), float(v)) for i, v in zip(top_ids[r], top_values[r])])
+            for r in rows]
 
 
 __all__ = ["VerifierRunner", "penalized", "token_logprobs"]

@@ -112,13 +112,15 @@ class TestRoundEntries:
         d = core.draft_seq(seq, 16, 4)
         assert (d.prefix_len, d.new_tokens) == (2, [3])
 
-    def test_round_seed_depends_on_length_only(self):
-        """The per-round seed depends on the request seed and committed length."""
+    def test_verify_entry_carries_the_request_seed(self):
+        """Every round of a request sends its own seed (the verifier keys noise by position);
+        a request without one gets a random seed once."""
         core = _core()
-        a, b = _running(core, rid="a", seed=7), _running(core, rid="b", seed=7)
-        assert a.round_seed() == b.round_seed()
+        a, b = _running(core, rid="a", seed=7), _running(core, rid="b")
+        assert core.verify_seq(a, TREE).seed == 7
         a.output.append(1)
-        assert a.round_seed() != b.round_seed()
+        assert core.verify_seq(a, TREE).seed == 7
+        assert core.verify_seq(b, TREE).seed == core.verify_seq(b, TREE).seed
 
     def test_counters(self):
         """Speculation counters count drafted and accepted tokens per position; plain rounds are not drafts."""

@@ -21,6 +21,7 @@ from common.tree import ROOT, children
 from services.draft.runner import DraftRunner
 from services.scheduler.core import SchedulerCore
 from services.scheduler.local import LocalEngine
+from services.scheduler.tree_policy import CostCurve
 from services.verifier.runner import VerifierRunner
 
 EOS = 151645
@@ -185,6 +186,45 @@ class TestSamplingLossless:
         bound = 0.5 * sum(np.sqrt(q * (1 - q) / n) for q in exact.values())
         assert tv <= 2 * bound, (tv, bound)
         assert eng.core.num_accepted > n // 4
+
+
+SEEDED = wire.SamplingParams(max_tokens=20, temperature=0.8, top_p=0.95, seed=42, ignore_eos=True)
+
+
+def auto_engine(main, draft, slots=4):
+    """tree_size auto with made-up cost curves, so the policy changes shape between rounds."""
+    core = SchedulerCore(slots, 256, MAX_MODEL_LEN, {EOS})
+    cfg = Config(tree_size="auto", max_accept_length=6, overlap="off", max_model_len=MAX_MODEL_LEN)
+    costs = (CostCurve(((1, 10.0), (256, 40.0))), CostCurve(((1, 1.0), (256, 8.0))))
+    return LocalEngine(cfg, core, VerifierRunner(main, slots, MAX_LEN), DraftRunner(draft, slots, MAX_LEN), costs)
+
+
+class TestSeededSampling:
+    def test_same_text_at_every_tree_size_and_batch(self, tiny_main, tiny_noisy_draft):
+        """A seeded sampled request gives the same tokens with speculation off, at tree sizes
+        4 and 16, with tree_size auto (shapes vary by round), batched with other requests,
+        and with draft/verify overlap: its noise is keyed by (seed, position) only."""
+        prompt = PROMPTS["p9"]
+        ref = make_engine(tiny_main, None, 0, 1).timed_generate("r", prompt, SEEDED)[0]
+        others = {f"o{i}": (PROMPTS[k], wire.SamplingParams(max_tokens=7 + i, temperature=1.0, seed=i))
+                  for i, k in enumerate(["p3", "p30", "p60"])}
+        runs = {"4": make_engine(tiny_main, tiny_noisy_draft, 4, 3),
+                "16": make_engine(tiny_main, tiny_noisy_draft, 16, 5), "auto": auto_engine(tiny_main, tiny_noisy_draft)}
+        outs = {name: eng.timed_generate("r", prompt, SEEDED)[0] for name, eng in runs.items()}
+        batched = make_engine(tiny_main, tiny_noisy_draft, 16, 5)
+        outs["16 batched"] = run_all(batched, {"r": (prompt, SEEDED), **others})["r"]
+        outs["8 batched, overlap"] = run_all(make_engine(tiny_main, tiny_noisy_draft, 8, 4, overlap="on"),
+                                                {**others, "r": (prompt, SEEDED)})["r"]
+        assert outs == {name: ref for name in outs}
+        assert runs["16"].core.num_accepted > 0 and len(set(ref)) > 3
+
+    def test_other_seed_other_text(self, tiny_main, tiny_noisy_draft):
+        """A different seed gives a different sample (the seed is actually used)."""
+        eng = make_engine(tiny_main, tiny_noisy_draft, 16, 5)
+        a = eng.timed_generate("a", PROMPTS["p9"], SEEDED)[0]
+        b = eng.timed_generate("b", PROMPTS["p9"], wire.SamplingParams(max_tokens=20, temperature=0.8, top_p=0.95,
+                                                                       seed=43, ignore_eos=True))[0]
+        assert a != b
 
 
 def _exact_tokens(model, prompt, num_tokens, temperature, kw) -> dict:

@@ -1,12 +1,13 @@
-"""Tree acceptance: greedy walk, exact ties, and the lossless multi-candidate sampler."""
+"""Tree acceptance: the one walk (greedy and seeded sampling), exact ties, and the general
+residual (multi-candidate rejection) sampler kept for a sampling draft."""
 
 import numpy as np
 import pytest
 import torch
 
-from common.modeling.sampling import greedy, probs_from_logits
+from common.modeling.sampling import draw_tokens, greedy, position_noise, probs_from_logits
 from common.tree import ROOT, children
-from services.verifier.acceptance import greedy_accept, sample_accept
+from services.verifier.acceptance import accept_walk, residual_accept
 
 # Worked tree (tokens in brackets):   root
 #                                   /   |   \
@@ -18,22 +19,22 @@ PARENTS = np.array([ROOT, ROOT, ROOT, 0, 0, 1], np.int32)
 KIDS = children(PARENTS)
 
 
-class TestGreedyAccept:
+class TestAcceptWalk:
     def test_walks_matching_children(self):
         """The accepted path follows children equal to the main model's argmax; the bonus is
         the argmax at the last accepted node."""
         target = np.array([1, 0, 9, 9, 9, 5, 9])  # root wants 1 (n0), n0 wants 0 (n4), n4 wants 5
-        assert greedy_accept(TOKENS, KIDS, target) == ([0, 4], 5)
+        assert accept_walk(TOKENS, KIDS, target) == ([0, 4], 5)
 
     def test_nothing_accepted(self):
         """When no depth-1 token matches, the bonus is the root argmax (plain decoding)."""
-        assert greedy_accept(TOKENS, KIDS, np.array([4, 0, 0, 0, 0, 0, 0])) == ([], 4)
-        assert greedy_accept(TOKENS[:0], children(PARENTS[:0]), np.array([6])) == ([], 6)
+        assert accept_walk(TOKENS, KIDS, np.array([4, 0, 0, 0, 0, 0, 0])) == ([], 4)
+        assert accept_walk(TOKENS[:0], children(PARENTS[:0]), np.array([6])) == ([], 6)
 
     def test_full_chain(self):
         """A chain fully accepted ends with the bonus from its leaf."""
         toks, par = np.array([5, 6, 7]), np.array([ROOT, 0, 1])
-        assert greedy_accept(toks, children(par), np.array([5, 6, 7, 8])) == ([0, 1, 2], 8)
+        assert accept_walk(toks, children(par), np.array([5, 6, 7, 8])) == ([0, 1, 2], 8)
 
 
 class TestExactTies:
@@ -47,7 +48,7 @@ class TestExactTies:
         lg[2, [12, 11]] = 1.0  # node 1 (token 3): tie 11 / 12
         assert greedy(lg[:1]).item() == 3
         toks, par = np.array([7, 3]), np.array([ROOT, ROOT])
-        accepted, bonus = greedy_accept(toks, children(par), greedy(lg).numpy())
+        accepted, bonus = accept_walk(toks, children(par), greedy(lg).numpy())
         assert [int(toks[a]) for a in accepted] == [3] and bonus == greedy(lg[2:]).item() == 11
 
 
@@ -76,7 +77,7 @@ def _outcome(accepted: list[int], bonus: int):
 
 def _naive_accept(tokens, kids, probs, gen):
     """A deliberately wrong sampler (bonus from the unmodified p after rejections): the
-    statistical test must tell it apart from sample_accept."""
+    statistical test must tell it apart from residual_accept."""
     node, path = ROOT, []
     while True:
         p = probs[node + 1]
@@ -102,16 +103,63 @@ def _tv(sampler, p_rows, n, seed):
     return tv, bound, set(counts) - set(exact)
 
 
-def _rows(V: int, **kw) -> torch.Tensor:
-    """Main-model distributions ``[n + 1, V]`` for the worked tree at temperature 0.9."""
+def _logits(V: int) -> torch.Tensor:
+    """Main-model logits ``[n + 1, V]`` for the worked tree."""
     g = torch.Generator().manual_seed(7)
     logits = torch.randn(len(TOKENS) + 1, V, generator=g) * 0.5
     logits[0, [1, 0, 2]] += 1.0  # the draft's depth-1 guesses are plausible but not certain
     logits[1, [2, 0]] += 1.0
-    return probs_from_logits(logits, 0.9, **kw)
+    return logits
 
 
-class TestSampleAccept:
+def _rows(V: int, **kw) -> torch.Tensor:
+    """Main-model distributions ``[n + 1, V]`` for the worked tree at temperature 0.9."""
+    return probs_from_logits(_logits(V), 0.9, **kw)
+
+
+ROW_DEPTH = torch.tensor([0, 1, 1, 1, 2, 2, 2])  # root, then the worked tree's nodes
+ROOT_POSITION = 40  # absolute position of the token drawn at the root
+
+
+def _walk_sampler(kw):
+    """The serving path as a sampler: draw one token per row with the position-keyed
+    exponential race (a fresh seed per call), then walk."""
+    logits = _logits(12)
+    seeds = iter(range(10**9))
+
+    def sample(tokens, kids, _probs, _gen):
+        drawn = draw_tokens(logits, 0.9, kw.get("top_k", 0), kw.get("top_p", 1.0), next(seeds),
+                            [ROOT_POSITION, ROOT_POSITION + 1, ROOT_POSITION + 2], ROW_DEPTH)
+        return accept_walk(tokens, kids, drawn.numpy())
+    return sample
+
+
+class TestDrawnWalk:
+    @pytest.mark.parametrize("kw", [{"top_p": 0.6}, {"top_k": 5}, {}], ids=["top_p=0.6", "top_k=5", "plain"])
+    def test_matches_target_distribution(self, kw):
+        """Drawing one token per node by the exponential race and walking the tree commits
+        (first, second) tokens with the main model's exact distribution (total variation
+        within twice the sampling noise at 2000 draws), never outside top-p/top-k."""
+        p_rows = _rows(12, **kw)
+        tv, bound, impossible = _tv(_walk_sampler(kw), p_rows, 2000, seed=0)
+        assert not impossible
+        assert tv <= 2 * bound, (tv, bound)
+
+    def test_noise_is_a_function_of_seed_and_position(self):
+        """A position's noise row is the same whichever other positions are drawn with it,
+        and differs between positions and between seeds."""
+        a = position_noise(5, [10, 11, 12], 64, "cpu")
+        assert torch.equal(a[1], position_noise(5, [11], 64, "cpu")[0])
+        assert not torch.equal(a[0], a[1])
+        assert not torch.equal(a[0], position_noise(6, [10], 64, "cpu")[0])
+
+    def test_greedy_rows_are_argmax(self):
+        """At temperature 0 the drawn token of every row is its argmax (no noise)."""
+        logits = _logits(12)
+        assert torch.equal(draw_tokens(logits, 0.0, 0, 1.0, 3, [0, 1, 2], ROW_DEPTH), greedy(logits))
+
+
+class TestResidualAccept:
     @pytest.mark.parametrize("kw", [{"top_p": 0.6}, {"top_k": 5}], ids=["top_p=0.6", "top_k=5"])
     def test_matches_target_distribution(self, kw):
         """The first two committed tokens follow the main model's distribution exactly: the
@@ -121,7 +169,7 @@ class TestSampleAccept:
         assert (p_rows[0] > 0).sum() >= 3 and p_rows[0, 7] == 0  # n2's token is filtered out
         tvs = []
         for n in (500, 2000, 8000):
-            tv, bound, impossible = _tv(sample_accept, p_rows, n, seed=n)
+            tv, bound, impossible = _tv(residual_accept, p_rows, n, seed=n)
             assert not impossible
             assert tv <= 2 * bound, (n, tv, bound)
             tvs.append(tv)
@@ -136,8 +184,8 @@ class TestSampleAccept:
     def test_seeded_reproducible(self):
         """The same generator seed gives the same accepted path and bonus."""
         p_rows = _rows(12, top_k=5)
-        a = [sample_accept(TOKENS, KIDS, p_rows, torch.Generator().manual_seed(s)) for s in range(20)]
-        b = [sample_accept(TOKENS, KIDS, p_rows, torch.Generator().manual_seed(s)) for s in range(20)]
+        a = [residual_accept(TOKENS, KIDS, p_rows, torch.Generator().manual_seed(s)) for s in range(20)]
+        b = [residual_accept(TOKENS, KIDS, p_rows, torch.Generator().manual_seed(s)) for s in range(20)]
         assert a == b and len({str(x) for x in a}) > 1
 
     def test_certain_token_always_accepted(self):
@@ -150,7 +198,7 @@ class TestSampleAccept:
         p_rows[1, 2] = 1.0  # n0: token 2 = n3 certain
         gen = torch.Generator().manual_seed(0)
         for _ in range(50):
-            assert sample_accept(TOKENS, KIDS, p_rows, gen) == ([0, 3], 5)
+            assert residual_accept(TOKENS, KIDS, p_rows, gen) == ([0, 3], 5)
 
 
 class TestMinTokensBan:
