@@ -193,10 +193,14 @@ class VerifyOut(msgspec.Struct, frozen=True):
 
 
 class VerifyResult(msgspec.Struct, tag="verify_result", frozen=True):
+    """``failed``: sequences the verifier refuses for good (invalid input, or a forward that
+    fails for that sequence alone), with the reason; the scheduler ends them with an error."""
+
     round: int
     outs: dict[str, VerifyOut]
     lost: list[str] = []
     verify_ms: float = 0.0
+    failed: dict[str, str] = {}
     v: int = PROTOCOL_VERSION
 
 

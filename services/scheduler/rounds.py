@@ -232,6 +232,10 @@ class RoundDriver:
         out = self._collect(identity.hex(), res.round, wire.Role.VERIFIER, res.outs)
         if out is None:
             return []
+        for sid, why in res.failed.items():  # refused for good by the verifier: fail it alone
+            seq = self.core.running.get(sid)
+            if seq is not None and sid in self.current.seq_ids:
+                out += self._fail(seq, f"the verifier refused this sequence: {why}"[:300])
         rnd = self.current
         rnd.verify_ms = max(rnd.verify_ms, res.verify_ms)
         return out + (self._finish() if not rnd.pending else [])
@@ -240,8 +244,12 @@ class RoundDriver:
         n = self.losses[seq.request_id] = self.losses.get(seq.request_id, 0) + 1
         if n < MAX_VERIFY_LOSSES:
             return []
+        return self._fail(seq, f"the verifier lost this sequence {n} rounds in a row (invalid tokens or no KV room)")
+
+    def _fail(self, seq: Sequence, err: str) -> list[Out]:
+        """End one request with finish=ERROR: free its KV, tell its gateway."""
         self.core.abort(seq.request_id)
-        err = f"the verifier lost this sequence {n} rounds in a row (invalid tokens or no KV room)"
+        seq.finish = wire.FinishReason.ERROR
         self.log.error("request failed", request_id=seq.request_id, error=err)
         return self._release(seq) + self._final(seq, wire.FinishReason.ERROR, err)
 

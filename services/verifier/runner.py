@@ -15,6 +15,7 @@ from common.modeling.sampling import apply_penalties, greedy, probs_from_logits
 from common.modeling.slots import SlotTable
 from common.tree import TokenTree, children, depths, path_to
 from services.verifier.acceptance import greedy_accept, sample_accept
+from services.verifier.validate import invalid_reason
 
 
 class VerifierRunner:
@@ -29,19 +30,43 @@ class VerifierRunner:
         self.table.free(seq_ids)
 
     def step(self, msg: wire.VerifyStep) -> wire.VerifyResult:
-        """Score all trees in one forward pass, accept, commit; unknown sequences are lost."""
+        """Score all trees in one forward pass, accept, commit. Unknown sequences are lost;
+        invalid ones (``validate.invalid_reason``) fail alone; when the batched pass raises,
+        every sequence is retried on its own so that only the offender fails."""
         t0 = time.perf_counter()
         served, lost = self.table.resolve(msg.seqs)
-        seqs, trees = [], []
+        seqs, trees, failed = [], [], {}
         for s in served:
-            tree = self._tree(s)
-            if tree is None or not s.new_tokens:
+            why = invalid_reason(s, self.model.spec.vocab_size)
+            tree = None if why else self._tree(s)
+            if why:
+                failed[s.seq_id] = why
+            elif tree is None or not s.new_tokens:
                 lost.append(s.seq_id)
             else:
                 seqs.append(s)
                 trees.append(tree)
-        outs = self._verify(seqs, trees) if seqs else {}
-        return wire.VerifyResult(msg.round, outs, lost, (time.perf_counter() - t0) * 1e3)
+        outs = self._verify_isolated(seqs, trees, failed) if seqs else {}
+        self.free(list(failed))
+        return wire.VerifyResult(msg.round, outs, lost, (time.perf_counter() - t0) * 1e3, failed)
+
+    def _verify_isolated(self, seqs: list[wire.VerifySeq], trees: list[TokenTree],
+                         failed: dict[str, str]) -> dict[str, wire.VerifyOut]:
+        """``_verify`` of the batch; if it raises, of each sequence alone (nothing was
+        committed: ``_verify`` commits only after every acceptance succeeded)."""
+        try:
+            return self._verify(seqs, trees)
+        except Exception as exc:  # isolate the offender; the others must not pay for it
+            if len(seqs) == 1:
+                failed[seqs[0].seq_id] = f"verification failed: {exc!r}"[:300]
+                return {}
+        outs: dict[str, wire.VerifyOut] = {}
+        for s, tree in zip(seqs, trees):
+            try:
+                outs.update(self._verify([s], [tree]))
+            except Exception as exc:  # this sequence alone fails
+                failed[s.seq_id] = f"verification failed: {exc!r}"[:300]
+        return outs
 
     def _tree(self, s: wire.VerifySeq) -> TokenTree | None:
         """The sequence's draft tree, or None when it is malformed or out of vocabulary."""
@@ -61,13 +86,12 @@ class VerifierRunner:
         scored = [h[len(s.new_tokens) - 1:] for h, s in zip(hidden, seqs)]
         logits = self.model.logits(torch.cat(scored))  # [sum(n + 1), V] fp32
         outs, offset = {}, 0
-        for s, slot, tree in zip(seqs, slots, trees):
-            lg = logits[offset:offset + len(tree) + 1]
+        for s, tree in zip(seqs, trees):
+            outs[s.seq_id] = self._accept(s, tree, logits[offset:offset + len(tree) + 1])
             offset += len(tree) + 1
-            outs[s.seq_id] = self._accept(s, tree, lg)
+        for s, slot in zip(seqs, slots):  # commit only once every acceptance succeeded
             base, p = self.cache.lengths[slot], len(s.new_tokens)
-            keep = list(range(base, base + p)) + [base + p + i for i in outs[s.seq_id].accepted]
-            self.cache.commit(slot, keep)
+            self.cache.commit(slot, list(range(base, base + p)) + [base + p + i for i in outs[s.seq_id].accepted])
         return outs
 
     def _accept(self, s: wire.VerifySeq, tree: TokenTree, lg: torch.Tensor) -> wire.VerifyOut:
