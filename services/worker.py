@@ -18,6 +18,7 @@ import zmq
 
 from common import transport, wire
 from common.config import Config
+from common.control_keys import keys_dir
 
 POLL_S = 0.1  # how often the loop checks for stop (s)
 WARMUP_TOKENS = [0, 1, 2, 3]  # the tiny step every worker runs once before saying hello
@@ -42,7 +43,7 @@ class WorkerLoop:
         self.cfg, self.role, self.replica, self.runner, self.log = cfg, role, replica, runner, log
         self.hello, self._slots_used, self._memory = hello, slots_used, memory
         self.ctx = ctx or zmq.Context.instance()
-        sock = transport.connect_dealer(self.ctx, cfg.scheduler_address, cfg.curve_dir)
+        sock = transport.connect_dealer(self.ctx, cfg.scheduler_address, keys_dir(cfg), role.value)
         sock.send(wire.encode(hello))
         self.pump = transport.SocketPump(self.ctx, sock, self._heartbeat, cfg.heartbeat_interval_s)
         self._stop = threading.Event()
@@ -58,7 +59,9 @@ class WorkerLoop:
     def run(self) -> None:
         """Serve until ``stop()``; closes the socket on the way out."""
         self.log.info("worker connected", address=self.cfg.scheduler_address, pid=os.getpid(),
-                      slots_total=self.hello.slots_total, max_len=self.hello.max_len)
+                      slots_total=self.hello.slots_total, max_len=self.hello.max_len, curve=bool(keys_dir(self.cfg)))
+        if not keys_dir(self.cfg):
+            self.log.warning("insecure control plane: plaintext to the scheduler (insecure_control_plane = true)")
         try:
             while not self._stop.is_set():
                 try:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from common.cli_args import add_config_args, config_or_report
 from common.config import AUTO, Config, env_var
+from common.control_keys import ensure_curve_keys, keys_dir
 from treespec.supervisor import RestartPolicy
 
 READY_TIMEOUT_S = 600.0  # loading real models can take minutes; a crash is reported at once
@@ -121,7 +122,7 @@ def wait_ready(cfg: Config, services: list[Service], stop: threading.Event, unti
     """Block until the scheduler reports ready (or Stats satisfy ``until``); returns None,
     or why not (a service died, timeout, interrupted)."""
     from services.scheduler.client import SchedulerClient
-    client = SchedulerClient(cfg.scheduler_address, cfg.curve_dir, name="launcher")
+    client = SchedulerClient(cfg.scheduler_address, keys_dir(cfg), name="launcher")
     deadline = time.monotonic() + READY_TIMEOUT_S
     try:
         while time.monotonic() < deadline and not stop.is_set():
@@ -146,9 +147,11 @@ def run(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    if cfg.curve_dir:
-        from common.transport import ensure_curve_keys
-        ensure_curve_keys(cfg.curve_dir)
+    if keys_dir(cfg):
+        ensure_curve_keys(keys_dir(cfg))
+    else:
+        print("treespec up: WARNING: insecure_control_plane = true: the control plane is plaintext and "
+              "trusts any peer that can reach the scheduler port", file=sys.stderr, flush=True)
     Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
     env = child_env(cfg)
     services = [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg) if cmd != "draft"]

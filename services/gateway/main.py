@@ -8,6 +8,7 @@ import os
 from aiohttp import web
 
 from common.cli_args import add_config_args, config_or_report
+from common.control_keys import keys_dir
 from common.logging import setup_logging
 from services.gateway.app import make_app
 from services.gateway.backend import ZmqBackend
@@ -27,10 +28,13 @@ def run(args: argparse.Namespace) -> int:
     replica = args.replica or os.environ.get("HOSTNAME") or str(os.getpid())
     log = setup_logging("gateway", replica, cfg.log_level)
     backend = ZmqBackend(cfg.scheduler_address, replica, cfg.heartbeat_interval_s,
-                         cfg.heartbeat_timeout_s, cfg.curve_dir)
+                         cfg.heartbeat_timeout_s, keys_dir(cfg))
     app = make_app(cfg, backend, replica=replica)
     host = args.host or cfg.host
-    log.info("gateway listening", host=host, port=cfg.port, scheduler=cfg.scheduler_address)
+    log.info("gateway listening", host=host, port=cfg.port, scheduler=cfg.scheduler_address,
+             curve=bool(keys_dir(cfg)))
+    if not keys_dir(cfg):
+        log.warning("insecure control plane: plaintext to the scheduler (insecure_control_plane = true)")
     # handler_cancellation: a client that disconnects cancels its handler, which aborts
     # the request at the scheduler.
     web.run_app(app, host=host, port=cfg.port, handler_cancellation=True, print=None,

@@ -21,7 +21,7 @@ class SchedulerClient:
     """One DEALER connection; remembers the latest Stats it received."""
 
     def __init__(self, address: str, curve_dir: str = "", name: str = "client",
-                 ctx: zmq.Context | None = None, cert: str = transport.CLIENT_CERT) -> None:
+                 ctx: zmq.Context | None = None, cert: str = transport.ADMIN_CERT) -> None:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = transport.connect_dealer(self.ctx, address, curve_dir, cert)
         self.name = name

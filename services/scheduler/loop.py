@@ -16,6 +16,8 @@ import zmq
 
 from common import transport, wire
 from common.config import Config
+from common.control_keys import keys_dir
+from services.scheduler.access import refusal
 from services.scheduler.core import SchedulerCore
 from services.scheduler.rounds import Out, RoundDriver
 from services.scheduler.tree_policy import CostCurve
@@ -41,9 +43,9 @@ class SchedulerLoop:
         self.driver = RoundDriver(self.core, self.workers, cfg, log,
                                   cfg.heartbeat_timeout_s * STEP_TIMEOUT_FACTOR)
         self.gateways: dict[bytes, float] = {}  # identity -> last seen (monotonic s)
-        sock, self.auth = transport.bind_router(self.ctx, cfg.scheduler_bind or cfg.scheduler_address,
-                                                cfg.curve_dir)
-        self.pump = transport.SocketPump(self.ctx, sock)
+        self.keys = keys_dir(cfg)
+        sock, self.auth = transport.bind_router(self.ctx, cfg.scheduler_bind or cfg.scheduler_address, self.keys)
+        self.pump = transport.SocketPump(self.ctx, sock, user_ids=bool(self.keys))
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -53,7 +55,9 @@ class SchedulerLoop:
     def run(self) -> None:
         """Serve until ``stop()``; closes the socket on the way out."""
         self.log.info("scheduler listening", address=self.cfg.scheduler_bind or self.cfg.scheduler_address,
-                      curve=bool(self.cfg.curve_dir), tree_size=self.cfg.tree_size)
+                      curve=bool(self.keys), tree_size=self.cfg.tree_size)
+        if not self.keys:
+            self.log.warning("insecure control plane: plaintext, every peer trusted (insecure_control_plane = true)")
         next_stats = 0.0
         try:
             while not self._stop.is_set():
@@ -92,11 +96,17 @@ class SchedulerLoop:
             self.pump.send([identity, wire.encode(msg)])
 
     def _handle(self, frames: list[bytes], now: float) -> None:
-        """Dispatch one frame; malformed or unexpected ones are logged and dropped."""
+        """Dispatch one frame; malformed or unexpected ones are logged and dropped, and a
+        message its sender's role may not send drops that sender (``access.refusal``)."""
+        key_role = frames.pop().decode(errors="replace") if self.keys and frames else None
         try:
             identity, msg = transport.split_router(frames)
         except wire.WireError as exc:
             self.log.warning("malformed frame dropped", error=str(exc)[:200], frames=len(frames))
+            return
+        why = refusal(key_role, msg) or self._not_owner(identity, key_role, msg)
+        if why is not None:
+            self._refuse(identity, type(msg).__name__, why, now)
             return
         self.workers.touch(identity, now)
         if isinstance(msg, wire.DraftResult):
@@ -115,6 +125,21 @@ class SchedulerLoop:
                 self.gateways[identity] = now
         else:
             self.log.warning("unexpected message dropped", type=type(msg).__name__)
+
+    def _not_owner(self, identity: bytes, key_role: str | None, msg: wire.Message) -> str | None:
+        """An Abort of a request another gateway submitted (admin keys may abort any)."""
+        if not isinstance(msg, wire.Abort) or key_role == "admin":
+            return None
+        owner = self.driver.owners.get(msg.request_id)
+        return None if owner in (None, identity) else "a gateway may abort only its own requests"
+
+    def _refuse(self, identity: bytes, what: str, why: str, now: float) -> None:
+        """Drop the message and its sender (a worker's sequences are re-placed)."""
+        self.log.warning("message refused, peer dropped", peer=identity.hex()[:16], type=what, reason=why)
+        self.gateways.pop(identity, None)
+        w = self.workers.drop(identity.hex())
+        if w is not None:
+            self._send(self.driver.worker_gone(w, now, f"refused: {why}"))
 
     def _hello(self, identity: bytes, msg: wire.Hello, now: float) -> None:
         if msg.role == wire.Role.GATEWAY:

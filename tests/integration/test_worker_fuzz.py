@@ -38,7 +38,7 @@ class FakeScheduler:
         self.sock = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.linger = 0
         self.sock.bind(self.address)
-        self.cluster = Cluster(self.address, tmp, {})
+        self.cluster = Cluster(self.address, tmp, {"insecure_control_plane": "true"})  # a plaintext fake
         self.proc = self.cluster.start(role, "fuzz")
         self.peer, hello = self.recv(HELLO_TIMEOUT_S, wire.Hello)
         assert hello.role.value == role
