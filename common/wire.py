@@ -224,7 +224,11 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
-    """Liveness + load from a worker (or from the scheduler to everyone)."""
+    """Liveness + load from a worker (or from the scheduler to everyone).
+
+    From the scheduler (``role`` None): ``epoch`` names the scheduler instance; a worker
+    that sees a new epoch, or ``ready`` False (the scheduler does not know it: never met,
+    or dropped), frees every KV slot and says Hello again."""
 
     role: Role | None
     replica: str
@@ -233,6 +237,7 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
     slots_total: int = 0
     memory_used: int = 0  # bytes (GPU memory on CUDA, resident set on CPU)
     memory_total: int = 0
+    epoch: str = ""
     v: int = PROTOCOL_VERSION
 
 
@@ -251,6 +256,8 @@ class Stats(msgspec.Struct, tag="stats", frozen=True):
     guesses: int = 0  # draft/verify overlap: look-ahead trees drafted ...
     guess_hits: int = 0  # ... and used (the verifier accepted the assumed path)
     overlap: bool = False  # overlap on now
+    epoch: str = ""  # the scheduler instance: a gateway seeing it change ends its in-flight streams
+    plain_steps: int = 0  # sequence-rounds verified without a draft tree while speculation is on
     v: int = PROTOCOL_VERSION
 
 

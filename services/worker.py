@@ -4,7 +4,9 @@ A DEALER connects to the scheduler (``transport.SocketPump`` owns it in an I/O t
 also sends a Heartbeat every ``heartbeat_interval_s``, even while a step computes). The
 synchronous loop here says Hello, then answers each step through the runner and applies
 Free. Malformed frames are logged and dropped; a step the runner cannot execute is
-answered with every sequence ``lost`` (the scheduler re-prefills or fails them).
+answered with every sequence ``lost`` (the scheduler re-prefills or fails them). A
+scheduler Heartbeat with a new epoch (a restarted scheduler) or ``ready`` False (the
+scheduler does not know this worker) frees every KV slot and sends Hello again.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class Runner(Protocol):
 
     def free(self, seq_ids: list[str]) -> None: ...
 
+    def held(self) -> list[str]: ...
+
 
 class WorkerLoop:
     """Serves one runner (draft or verifier) for the scheduler until ``stop()``.
@@ -47,6 +51,7 @@ class WorkerLoop:
         sock.send(wire.encode(hello))
         self.pump = transport.SocketPump(self.ctx, sock, self._heartbeat, cfg.heartbeat_interval_s)
         self._stop = threading.Event()
+        self.epoch = ""  # the scheduler instance this worker's KV belongs to
 
     def _heartbeat(self) -> list[list[bytes]]:
         used, total = self._memory()
@@ -86,8 +91,21 @@ class WorkerLoop:
             self.runner.free(msg.seq_ids)
         elif isinstance(msg, (wire.DraftStep, wire.VerifyStep)) and self._accepts(msg):
             self.pump.send([wire.encode(self._step(msg))])
+        elif isinstance(msg, wire.Heartbeat) and msg.role is None:
+            self._scheduler_beat(msg)
         else:
             self.log.warning("unexpected message dropped", type=type(msg).__name__)
+
+    def _scheduler_beat(self, hb: wire.Heartbeat) -> None:
+        """A new scheduler instance, or one that does not know us: free all, say Hello."""
+        restarted = bool(self.epoch) and hb.epoch != self.epoch
+        if restarted or not hb.ready:
+            held = self.runner.held()
+            self.runner.free(held)
+            self.log.warning("rejoining scheduler", reason="new scheduler instance" if restarted else "unknown to it",
+                             epoch=hb.epoch, freed=len(held))
+            self.pump.send([wire.encode(self.hello)])
+        self.epoch = hb.epoch
 
     def _accepts(self, msg) -> bool:
         return isinstance(msg, wire.DraftStep) == (self.role == wire.Role.DRAFT)

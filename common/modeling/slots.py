@@ -55,6 +55,10 @@ class SlotTable:
     def _valid_tokens(self, tokens: list[int]) -> bool:
         return all(0 <= t < self.vocab_size for t in tokens)
 
+    def seq_ids(self) -> list[str]:
+        """Every sequence holding a slot here."""
+        return list(self._slots)
+
     def free(self, seq_ids: list[str]) -> None:
         """Release slots (unknown ids are ignored)."""
         for sid in seq_ids:

@@ -3,7 +3,11 @@
 An I/O thread (``transport.SocketPump``) owns the socket; this loop reads decoded frames
 from its queue, feeds them to the pure :class:`RoundDriver` / :class:`WorkerRegistry`,
 and sends what they return. Every ``STATS_INTERVAL_S`` it sends ``wire.Stats`` to each
-gateway. Torch-free.
+gateway and a Heartbeat to each worker, both carrying this instance's ``epoch`` (a fresh
+id per start: peers that see it change drop what they held for the previous instance).
+A worker heartbeat from an unknown (never met, or dropped) worker is answered with
+``ready=False``: it frees its slots and must say Hello before it is used again. The
+requests of a gateway silent for ``heartbeat_timeout_s`` are aborted. Torch-free.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 
 import zmq
 
@@ -43,6 +48,7 @@ class SchedulerLoop:
         self.driver = RoundDriver(self.core, self.workers, cfg, log,
                                   cfg.heartbeat_timeout_s * STEP_TIMEOUT_FACTOR)
         self.gateways: dict[bytes, float] = {}  # identity -> last seen (monotonic s)
+        self.epoch = uuid.uuid4().hex[:16]
         self.keys = keys_dir(cfg)
         sock, self.auth = transport.bind_router(self.ctx, cfg.scheduler_bind or cfg.scheduler_address, self.keys)
         self.pump = transport.SocketPump(self.ctx, sock, user_ids=bool(self.keys))
@@ -55,7 +61,7 @@ class SchedulerLoop:
     def run(self) -> None:
         """Serve until ``stop()``; closes the socket on the way out."""
         self.log.info("scheduler listening", address=self.cfg.scheduler_bind or self.cfg.scheduler_address,
-                      curve=bool(self.keys), tree_size=self.cfg.tree_size)
+                      curve=bool(self.keys), tree_size=self.cfg.tree_size, epoch=self.epoch)
         if not self.keys:
             self.log.warning("insecure control plane: plaintext, every peer trusted (insecure_control_plane = true)")
         next_stats = 0.0
@@ -109,22 +115,32 @@ class SchedulerLoop:
             self._refuse(identity, type(msg).__name__, why, now)
             return
         self.workers.touch(identity, now)
+        if isinstance(msg, (wire.Submit, wire.Abort)):
+            self.gateways[identity] = now
         if isinstance(msg, wire.DraftResult):
             self._send(self.driver.on_draft(identity, msg, now))
         elif isinstance(msg, wire.VerifyResult):
             self._send(self.driver.on_verify(identity, msg, now))
         elif isinstance(msg, wire.Submit):
-            self.gateways[identity] = now
             self._send(self.driver.submit(identity, msg))
         elif isinstance(msg, wire.Abort):
             self._send(self.driver.abort(msg.request_id))
         elif isinstance(msg, wire.Hello):
             self._hello(identity, msg, now)
         elif isinstance(msg, wire.Heartbeat):
-            if self.workers.heartbeat(identity, msg, now) is None:
-                self.gateways[identity] = now
+            self._beat(identity, msg, now)
         else:
             self.log.warning("unexpected message dropped", type=type(msg).__name__)
+
+    def _beat(self, identity: bytes, hb: wire.Heartbeat, now: float) -> None:
+        """A worker's heartbeat updates its record; an unknown worker is asked to say Hello."""
+        if hb.role not in (wire.Role.DRAFT, wire.Role.VERIFIER):
+            self.gateways[identity] = now
+        elif self.workers.heartbeat(identity, hb, now) is None:
+            self._send([(identity, self._my_beat(ready=False))])
+
+    def _my_beat(self, ready: bool = True) -> wire.Heartbeat:
+        return wire.Heartbeat(None, "scheduler", ready, epoch=self.epoch)
 
     def _not_owner(self, identity: bytes, key_role: str | None, msg: wire.Message) -> str | None:
         """An Abort of a request another gateway submitted (admin keys may abort any)."""
@@ -147,8 +163,10 @@ class SchedulerLoop:
             self._send([(identity, self._stats())])
             return
         w, old = self.workers.hello(identity, msg, now)
+        self._send([(identity, self._my_beat())])  # tells it this instance's epoch
         if old is not None:
             self._send(self.driver.worker_gone(old, now, "said hello again (restarted)"))
+        self.driver.had_draft |= msg.role == wire.Role.DRAFT
         if msg.role == wire.Role.VERIFIER and msg.eos_ids:
             self.core.eos_ids = frozenset(msg.eos_ids)
         if msg.cost_ms:
@@ -173,12 +191,22 @@ class SchedulerLoop:
         ahead = self.driver.ahead
         return wire.Stats(len(core.running), len(core.waiting), core.num_drafts, core.num_draft_tokens,
                           core.num_accepted, list(core.accepted_per_pos), size, beats, self.driver.ready(),
-                          ahead.sent, ahead.hits, self.driver.overlap())
+                          ahead.sent, ahead.hits, self.driver.overlap(), epoch=self.epoch,
+                          plain_steps=self.driver.plain_steps)
 
     def _broadcast_stats(self, now: float) -> None:
+        """Stats to every gateway, the epoch heartbeat to every worker; abort the requests
+        of gateways silent past the heartbeat timeout."""
         forget = self.cfg.heartbeat_timeout_s * GATEWAY_FORGET_FACTOR
+        silent = {gw for gw, seen in self.gateways.items() if now - seen > self.cfg.heartbeat_timeout_s}
+        for rid, gw in list(self.driver.owners.items()):
+            if gw in silent:  # its client is gone or will never hear of it: free the KV now
+                self._send(self.driver.fail(rid, f"the gateway was silent for more than "
+                                                 f"{self.cfg.heartbeat_timeout_s:g} s; request aborted"))
         for gw, seen in list(self.gateways.items()):
             if now - seen > forget:
                 del self.gateways[gw]
         stats = self._stats()
         self._send([(gw, stats) for gw in self.gateways])
+        beat = self._my_beat()
+        self._send([(w.identity, beat) for w in self.workers.all()])

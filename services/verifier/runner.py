@@ -29,6 +29,10 @@ class VerifierRunner:
     def free(self, seq_ids: list[str]) -> None:
         self.table.free(seq_ids)
 
+    def held(self) -> list[str]:
+        """Sequence ids holding a KV slot."""
+        return self.table.seq_ids()
+
     def step(self, msg: wire.VerifyStep) -> wire.VerifyResult:
         """Score all trees in one forward pass, accept, commit. Unknown sequences are lost;
         invalid ones (``validate.invalid_reason``) fail alone; when the batched pass raises,

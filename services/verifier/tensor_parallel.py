@@ -202,6 +202,10 @@ class TensorParallelVerifier:
         _broadcast_bytes(wire.encode(msg), self._device, self._group)
         return self.runner.step(msg)
 
+    def held(self) -> list[str]:
+        """Sequence ids holding a KV slot (rank 0's table; every rank holds the same)."""
+        return self.runner.held()
+
     def free(self, seq_ids: list[str]) -> None:
         _broadcast_bytes(wire.encode(wire.Free(list(seq_ids))), self._device, self._group)
         self.runner.free(seq_ids)

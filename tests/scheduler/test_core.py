@@ -161,3 +161,4 @@ class TestAdmission:
         assert core.abort("b").finish == FinishReason.ABORT and not core.waiting
         assert core.abort("a").finish == FinishReason.ABORT and not core.running
         assert core.abort("zzz") is None
+
