@@ -220,6 +220,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     eos_ids: list[int] = []  # verifier: the main model's end-of-sequence token ids
     cost_ms: list[tuple[int, float]] = []  # measured (tokens per forward, ms) for tree_size auto
     devices: list[str] = []  # where the worker computes ("cpu", "cuda:0", ...): overlap auto
+    vocab_size: int = 0  # rows of the model's LM head: token ids are < vocab_size (0 = unknown)
     v: int = PROTOCOL_VERSION
 
 

@@ -22,6 +22,7 @@ import zmq
 from common import transport, wire
 from common.config import Config
 from common.control_keys import keys_dir
+from services.scheduler import replies
 from services.scheduler.access import refusal
 from services.scheduler.core import SchedulerCore
 from services.scheduler.rounds import Out, RoundDriver
@@ -31,6 +32,7 @@ from services.scheduler.workers import WorkerRegistry
 STATS_INTERVAL_S = 1.0
 IDLE_WAIT_S = 0.05  # longest sleep between housekeeping passes (expiry, deadlines)
 STEP_TIMEOUT_FACTOR = 12  # a step reply may take this many heartbeat timeouts
+MAX_TREE = 1024  # largest draft tree a worker may return under tree_size auto (config bound)
 GATEWAY_FORGET_FACTOR = 3  # stop sending Stats to a gateway silent this many heartbeat timeouts
 
 
@@ -49,6 +51,7 @@ class SchedulerLoop:
                                   cfg.heartbeat_timeout_s * STEP_TIMEOUT_FACTOR)
         self.gateways: dict[bytes, float] = {}  # identity -> last seen (monotonic s)
         self.epoch = uuid.uuid4().hex[:16]
+        self.vocab = 0  # the main model's vocabulary size, from the verifiers' Hello
         self.keys = keys_dir(cfg)
         sock, self.auth = transport.bind_router(self.ctx, cfg.scheduler_bind or cfg.scheduler_address, self.keys)
         self.pump = transport.SocketPump(self.ctx, sock, user_ids=bool(self.keys))
@@ -110,10 +113,31 @@ class SchedulerLoop:
         except wire.WireError as exc:
             self.log.warning("malformed frame dropped", error=str(exc)[:200], frames=len(frames))
             return
-        why = refusal(key_role, msg) or self._not_owner(identity, key_role, msg)
+        why = refusal(key_role, msg) or self._not_owner(identity, key_role, msg) or self._invalid(msg)
         if why is not None:
             self._refuse(identity, type(msg).__name__, why, now)
             return
+        try:
+            self._dispatch(identity, msg, now)
+        except Exception as exc:  # the process boundary: one bad message costs its sender, not us
+            self.log.error("message handling failed", type=type(msg).__name__, error=repr(exc)[:300])
+            self._refuse(identity, type(msg).__name__, f"handling raised {type(exc).__name__}", now)
+
+    def _invalid(self, msg: wire.Message) -> str | None:
+        """Why a worker's message is out of bounds (``replies.py``): its sender is dropped."""
+        if isinstance(msg, wire.Hello) and msg.role != wire.Role.GATEWAY:
+            return replies.hello_problem(msg)
+        if isinstance(msg, wire.Heartbeat) and msg.role in (wire.Role.DRAFT, wire.Role.VERIFIER):
+            return replies.heartbeat_problem(msg)
+        rnd = self.driver.current
+        if isinstance(msg, wire.VerifyResult) and rnd is not None and rnd.number == msg.round:
+            return replies.verify_problem(msg, rnd.trees, self.vocab)
+        if isinstance(msg, wire.DraftResult):
+            size = self.cfg.tree_size if isinstance(self.cfg.tree_size, int) else MAX_TREE
+            return replies.draft_problem(msg, {sid: size for sid in msg.trees}, self.vocab)
+        return None
+
+    def _dispatch(self, identity: bytes, msg: wire.Message, now: float) -> None:
         self.workers.touch(identity, now)
         if isinstance(msg, (wire.Submit, wire.Abort)):
             self.gateways[identity] = now
@@ -122,7 +146,9 @@ class SchedulerLoop:
         elif isinstance(msg, wire.VerifyResult):
             self._send(self.driver.on_verify(identity, msg, now))
         elif isinstance(msg, wire.Submit):
-            self._send(self.driver.submit(identity, msg))
+            bad = self._out_of_vocab(msg)
+            self._send([(identity, wire.Rejected(msg.request_id, 400, bad))] if bad else
+                       self.driver.submit(identity, msg))
         elif isinstance(msg, wire.Abort):
             self._send(self.driver.abort(msg.request_id))
         elif isinstance(msg, wire.Hello):
@@ -131,6 +157,15 @@ class SchedulerLoop:
             self._beat(identity, msg, now)
         else:
             self.log.warning("unexpected message dropped", type=type(msg).__name__)
+
+    def _out_of_vocab(self, msg: wire.Submit) -> str | None:
+        """A 400 reason when the prompt or stop_token_ids hold an id outside the vocabulary."""
+        limit = self.vocab or replies.MAX_TOKEN_ID
+        for name, ids in (("prompt", msg.prompt), ("stop_token_ids", msg.params.stop_token_ids)):
+            bad = next((t for t in ids if not 0 <= t < limit), None)
+            if bad is not None:
+                return f"{name} holds token id {bad} outside the vocabulary 0..{limit - 1}"
+        return None
 
     def _beat(self, identity: bytes, hb: wire.Heartbeat, now: float) -> None:
         """A worker's heartbeat updates its record; an unknown worker is asked to say Hello."""
@@ -167,6 +202,8 @@ class SchedulerLoop:
         if old is not None:
             self._send(self.driver.worker_gone(old, now, "said hello again (restarted)"))
         self.driver.had_draft |= msg.role == wire.Role.DRAFT
+        if msg.role == wire.Role.VERIFIER and msg.vocab_size:
+            self.vocab = msg.vocab_size
         if msg.role == wire.Role.VERIFIER and msg.eos_ids:
             self.core.eos_ids = frozenset(msg.eos_ids)
         if msg.cost_ms:

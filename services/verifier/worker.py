@@ -41,7 +41,7 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
     cost = measure_forward_ms(model, runner.cache) if cfg.tree_size == AUTO else []
     log.info("main model ready", model=cfg.main_model_path, slots=slots, max_len=max_len, cost_ms=cost)
     hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)), cost,
-                       device_ids(cfg.device))
+                       device_ids(cfg.device), vocab_size=model.spec.vocab_size)
     return VerifierWorker(runner, hello)
 
 
@@ -58,6 +58,7 @@ def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:
     from services.verifier import tensor_parallel
     model, tok = main_model(cfg)
     slots, max_len = plan_slots(cfg, model, TREE_HEADROOM)
+    vocab = model.spec.vocab_size
     del model
     tp = tensor_parallel.build_verifier(cfg.main_model_path, cfg.dtype, slots, max_len,
                                         cfg.tensor_parallel_size, cfg.device)
@@ -65,5 +66,5 @@ def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:
     log.info("tensor-parallel verifier ready", ranks=cfg.tensor_parallel_size, slots=slots, max_len=max_len)
     devices = device_ids(tensor_parallel.rank_device(cfg.device, 0), cfg.tensor_parallel_size)
     hello = wire.Hello(wire.Role.VERIFIER, replica, os.getpid(), slots, max_len, sorted(eos_ids(tok)),
-                       devices=devices)
+                       devices=devices, vocab_size=vocab)
     return VerifierWorker(tp, hello)
