@@ -63,7 +63,8 @@ class Config:
     public_health: bool = True  # /health and /metrics without an API key
     rate_limit_rpm: int = 0  # requests/minute per key; 0 = unlimited
     rate_limit_tpm: int = 0  # tokens/minute per key; 0 = unlimited
-    curve_dir: str = ""  # directory with ZeroMQ CURVE keys; empty = no encryption
+    curve_dir: str = "auto"  # ZeroMQ CURVE keys, one pair per role; auto = ~/.config/treespec/control-plane
+    insecure_control_plane: bool = False  # true = plaintext control plane, any peer trusted (logged warning)
     served_model_name: str = "treespec"
     served_model_aliases: tuple[str, ...] = ()  # further `model` names the API answers to
     trusted_proxies: tuple[str, ...] = ()  # CIDRs whose X-Forwarded-For header is believed

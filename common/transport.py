@@ -2,18 +2,15 @@
 
 Topology: the scheduler binds one ROUTER; gateways and workers connect DEALERs. One
 message = one frame holding ``wire.encode(msg)``; a ROUTER additionally sees/prepends the
-peer's identity frame. With ``cfg.curve_dir`` set, every socket uses CURVE encryption and
-the scheduler accepts only client public keys found in ``<curve_dir>/authorized/``.
-
-Key layout in ``curve_dir`` (see :func:`ensure_curve_keys`): ``server.key`` /
-``server.key_secret`` (the scheduler), ``client.key`` / ``client.key_secret`` (shared by
-the deployment's gateways and workers), ``authorized/*.key`` (allowed client keys).
+peer's identity frame. With a keys directory (``control_keys.keys_dir(cfg)``; every
+deployment has one unless ``insecure_control_plane = true``), every socket uses CURVE
+encryption, each peer connects with the key pair of its role, and the scheduler accepts
+only the keys under ``<dir>/authorized/`` and learns each peer's role (see control_keys.py).
 """
 
 from __future__ import annotations
 
 import queue
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -25,31 +22,13 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from common import wire
+from common.control_keys import AUTHORIZED, SECRET_MODE, SERVER_CERT, RoleAuthenticator, ensure_curve_keys  # noqa: F401
 
 LINGER_MS = 0  # close without waiting for unsent frames
 HWM = 10000  # frames queued per peer before zmq drops / blocks
 POLL_MS = 50  # I/O thread poll granularity (ms): bounds tick latency and shutdown time
 DRAIN_MAX = 256  # messages moved per poll wake-up
-SERVER_CERT, CLIENT_CERT, AUTHORIZED = "server", "client", "authorized"
-SECRET_MODE = 0o600  # secret keys: owner read/write only
-
-
-def ensure_curve_keys(curve_dir: str) -> Path:
-    """Create the server and client keypairs (and authorize the client key) if missing.
-
-    Returns the directory. Raises OSError when it cannot be written.
-    """
-    root = Path(curve_dir)
-    (root / AUTHORIZED).mkdir(parents=True, exist_ok=True)
-    for name in (SERVER_CERT, CLIENT_CERT):
-        secret = root / f"{name}.key_secret"
-        if not secret.exists():
-            zmq.auth.create_certificates(str(root), name)
-            secret.chmod(SECRET_MODE)  # pyzmq writes it with the umask (often world-readable)
-    allowed = root / AUTHORIZED / f"{CLIENT_CERT}.key"
-    if not allowed.exists():
-        shutil.copy(root / f"{CLIENT_CERT}.key", allowed)
-    return root
+ADMIN_CERT = "admin"  # the key of CLI tools and tests (may do what a gateway does)
 
 
 def _load(curve_dir: str, name: str) -> tuple[bytes, bytes | None]:
@@ -60,7 +39,8 @@ def _load(curve_dir: str, name: str) -> tuple[bytes, bytes | None]:
 
 
 def _secure_server(ctx: zmq.Context, sock: zmq.Socket, curve_dir: str) -> ThreadAuthenticator:
-    auth = ThreadAuthenticator(ctx)
+    ensure_curve_keys(curve_dir)
+    auth = RoleAuthenticator(ctx, curve_dir)
     auth.start()
     auth.configure_curve(domain="*", location=str(Path(curve_dir) / AUTHORIZED))
     pub, sec = _load(curve_dir, SERVER_CERT)
@@ -68,7 +48,8 @@ def _secure_server(ctx: zmq.Context, sock: zmq.Socket, curve_dir: str) -> Thread
     return auth
 
 
-def _secure_client(sock: zmq.Socket, curve_dir: str, cert: str = CLIENT_CERT) -> None:
+def _secure_client(sock: zmq.Socket, curve_dir: str, cert: str) -> None:
+    ensure_curve_keys(curve_dir)  # services started by hand on one machine share the default dir
     pub, sec = _load(curve_dir, cert)
     server_pub, _ = _load(curve_dir, SERVER_CERT)
     sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = pub, sec, server_pub
@@ -91,9 +72,10 @@ def bind_router(ctx: zmq.Context, address: str, curve_dir: str = "") -> tuple[zm
     return sock, auth
 
 
-def connect_dealer(ctx: zmq.Context, address: str, curve_dir: str = "", cert: str = CLIENT_CERT) -> zmq.Socket:
-    """A DEALER connected to ``address`` (CURVE client when ``curve_dir``). Works with a
-    ``zmq.asyncio.Context`` too, returning an asyncio socket."""
+def connect_dealer(ctx: zmq.Context, address: str, curve_dir: str = "", cert: str = ADMIN_CERT) -> zmq.Socket:
+    """A DEALER connected to ``address`` (CURVE client when ``curve_dir``, with the key pair
+    ``cert``: the peer's role). Works with a ``zmq.asyncio.Context`` too, returning an
+    asyncio socket."""
     sock = ctx.socket(zmq.DEALER)
     _tune(sock)
     if curve_dir:
@@ -102,9 +84,10 @@ def connect_dealer(ctx: zmq.Context, address: str, curve_dir: str = "", cert: st
     return sock
 
 
-def async_dealer(ctx: zmq.asyncio.Context, address: str, curve_dir: str = "") -> zmq.asyncio.Socket:
+def async_dealer(ctx: zmq.asyncio.Context, address: str, curve_dir: str = "",
+                 cert: str = "gateway") -> zmq.asyncio.Socket:
     """An asyncio DEALER (for the gateway); see :func:`connect_dealer`."""
-    return connect_dealer(ctx, address, curve_dir)
+    return connect_dealer(ctx, address, curve_dir, cert)
 
 
 def frame(msg: wire.Message) -> bytes:
@@ -132,18 +115,28 @@ def split_router(frames: list[bytes]) -> tuple[bytes, wire.Message]:
     return frames[0], wire.decode(frames[1])
 
 
+def _user_id(f: zmq.Frame) -> bytes:
+    """The ZAP User-Id of a received frame (b"" when the socket has no authentication)."""
+    try:
+        return (f.get("User-Id") or "").encode()
+    except zmq.ZMQError:
+        return b""
+
+
 class SocketPump:
     """Owns one socket in a background I/O thread, so that the caller's synchronous loop
     never touches it: received frame lists land in ``inbox`` (a queue.Queue); ``send``
     hands frames to the thread through an inproc pipe. ``send`` must be called from one
     thread only (the loop). ``on_tick`` (called every ``tick_s`` seconds in the I/O
     thread) may return frame lists to send, e.g. heartbeats while the loop computes.
+    ``user_ids``: append to each received frame list one more frame, the ZAP User-Id of
+    the sender (its role under CURVE, see control_keys.py; b"" without authentication).
     """
 
     def __init__(self, ctx: zmq.Context, sock: zmq.Socket, on_tick: Callable[[], list[list[bytes]]] | None = None,
-                 tick_s: float = 1.0) -> None:
+                 tick_s: float = 1.0, user_ids: bool = False) -> None:
         self.inbox: queue.Queue[list[bytes]] = queue.Queue()
-        self._sock, self._on_tick, self._tick_s = sock, on_tick, tick_s
+        self._sock, self._on_tick, self._tick_s, self._user_ids = sock, on_tick, tick_s, user_ids
         addr = f"inproc://pump-{id(self)}"
         self._rx = ctx.socket(zmq.PAIR)
         self._rx.bind(addr)
@@ -170,18 +163,22 @@ class SocketPump:
         while not self._stop.is_set():
             events = dict(poller.poll(POLL_MS))
             if self._sock in events:
-                self._drain(self._sock, self.inbox.put)
+                self._drain(self._sock, self.inbox.put, self._user_ids)
             if self._rx in events:
                 self._drain(self._rx, self._sock.send_multipart)
             if self._on_tick is not None:
                 next_tick = self._tick(next_tick)
 
     @staticmethod
-    def _drain(src: zmq.Socket, sink: Callable[[list[bytes]], None]) -> None:
+    def _drain(src: zmq.Socket, sink: Callable[[list[bytes]], None], user_ids: bool = False) -> None:
         """Move every multipart message ready on ``src`` to ``sink`` (bounded batch)."""
         for _ in range(DRAIN_MAX):
             try:
-                sink(src.recv_multipart(zmq.NOBLOCK))
+                if not user_ids:
+                    sink(src.recv_multipart(zmq.NOBLOCK))
+                    continue
+                frames = src.recv_multipart(zmq.NOBLOCK, copy=False)
+                sink([f.bytes for f in frames] + [_user_id(frames[-1])])
             except zmq.Again:
                 return
 

@@ -196,10 +196,14 @@ class VerifyOut(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class VerifyResult(msgspec.Struct, tag="verify_result", frozen=True, kw_only=True):
+    """``failed``: sequences the verifier refuses for good (invalid input, or a forward that
+    fails for that sequence alone), with the reason; the scheduler ends them with an error."""
+
     round: int
     outs: dict[str, VerifyOut]
     lost: list[str] = []
     verify_ms: float = 0.0
+    failed: dict[str, str] = {}
     v: int = PROTOCOL_VERSION
 
 
@@ -219,11 +223,16 @@ class Hello(msgspec.Struct, tag="hello", frozen=True, kw_only=True):
     eos_ids: list[int] = []  # verifier: the main model's end-of-sequence token ids
     cost_ms: list[tuple[int, float]] = []  # measured (tokens per forward, ms) for tree_size auto
     devices: list[str] = []  # where the worker computes ("cpu", "cuda:0", ...): overlap auto
+    vocab_size: int = 0  # rows of the model's LM head: token ids are < vocab_size (0 = unknown)
     v: int = PROTOCOL_VERSION
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True, kw_only=True):
-    """Liveness + load from a worker (or from the scheduler to everyone)."""
+    """Liveness + load from a worker (or from the scheduler to everyone).
+
+    From the scheduler (``role`` None): ``epoch`` names the scheduler instance; a worker
+    that sees a new epoch, or ``ready`` False (the scheduler does not know it: never met,
+    or dropped), frees every KV slot and says Hello again."""
 
     role: Role | None
     replica: str
@@ -236,6 +245,7 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True, kw_only=True):
     prefix_cache_hits: int = 0  # ... of them reused from it
     prefix_cache_blocks_used: int = 0
     prefix_cache_blocks_total: int = 0
+    epoch: str = ""
     v: int = PROTOCOL_VERSION
 
 
@@ -254,6 +264,8 @@ class Stats(msgspec.Struct, tag="stats", frozen=True, kw_only=True):
     guesses: int = 0  # draft/verify overlap: look-ahead trees drafted ...
     guess_hits: int = 0  # ... and used (the verifier accepted the assumed path)
     overlap: bool = False  # overlap on now
+    epoch: str = ""  # the scheduler instance: a gateway seeing it change ends its in-flight streams
+    plain_steps: int = 0  # sequence-rounds verified without a draft tree while speculation is on
     v: int = PROTOCOL_VERSION
 
 

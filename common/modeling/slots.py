@@ -93,6 +93,10 @@ class SlotTable:
     def _valid_tokens(self, tokens: list[int]) -> bool:
         return all(0 <= t < self.vocab_size for t in tokens)
 
+    def seq_ids(self) -> list[str]:
+        """Every sequence holding a slot here."""
+        return list(self._slots)
+
     def free(self, seq_ids: list[str], keep: bool = True) -> None:
         """Release slots (unknown ids are ignored); with ``keep`` the sequences' committed
         blocks are retained in the prefix cache first (not after a failed step)."""

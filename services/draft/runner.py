@@ -59,6 +59,10 @@ class DraftRunner:
         if self.grammar is not None:
             self.grammar.free(seq_ids)
 
+    def held(self) -> list[str]:
+        """Sequence ids holding a KV slot."""
+        return self.table.seq_ids()
+
     def _draft(self, seqs: list[wire.DraftSeq]) -> dict:
         slots = [self.table.slot(s.seq_id) for s in seqs]
         hidden = forward_segments(self.model, self.cache, slots, [s.new_tokens for s in seqs],

@@ -5,6 +5,8 @@ then sends a Heartbeat every ``heartbeat_interval_s``. A listener task routes in
 TokenDelta / Rejected frames to per-request queues and keeps the latest Stats. The
 scheduler is expected to send Stats at least every heartbeat interval: a scheduler silent
 for ``silence_timeout_s`` counts as down, which fails in-flight requests and /health.
+Stats carry the scheduler's instance id (``epoch``): when it changes the scheduler has
+restarted and forgotten every request, so every in-flight request fails at once.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class ZmqBackend:
         self._tasks: list[asyncio.Task] = []
         self._last_seen = float("-inf")
         self._stats: wire.Stats | None = None
+        self._epoch = ""
 
     @property
     def connected(self) -> bool:
@@ -110,6 +113,8 @@ class ZmqBackend:
             await self._send(wire.Submit(request_id=request_id, prompt=prompt, params=params))
             while True:
                 msg = await self._next(queue)
+                if isinstance(msg, BackendUnavailable):
+                    raise msg
                 if isinstance(msg, wire.Rejected):
                     raise BackendRejected(msg.status, msg.reason, msg.retry_after_s)
                 yield msg
@@ -146,11 +151,19 @@ class ZmqBackend:
 
     def _route(self, msg: wire.Message) -> None:
         if isinstance(msg, wire.Stats):
-            self._stats = msg
+            if self._epoch and msg.epoch != self._epoch:
+                self._fail_in_flight("the scheduler restarted and lost this request")
+            self._epoch, self._stats = msg.epoch, msg
         elif isinstance(msg, (wire.TokenDelta, wire.Rejected)):
             queue = self._queues.get(msg.request_id)
             if queue is not None:
                 queue.put_nowait(msg)
+
+    def _fail_in_flight(self, reason: str) -> None:
+        """End every waiting request with BackendUnavailable(reason)."""
+        log.warning("failing in-flight requests", reason=reason, requests=len(self._queues))
+        for queue in self._queues.values():
+            queue.put_nowait(BackendUnavailable(reason))
 
     async def _heartbeat(self) -> None:
         while True:

@@ -24,6 +24,7 @@ from services.gateway.openai_api import (ApiError, ChatRequest, CompletionReques
                                          completion_prompt, include_usage, parse, sampling_params)
 from services.gateway.responses import Formatter, usage
 from services.gateway.streaming import SseWriter
+from services.gateway.token_check import check_token_fields
 
 RETRY_AFTER_S = 1
 MAX_CHARS_PER_TOKEN = 32  # a prompt longer than context x this cannot fit: refused before tokenizing
@@ -107,6 +108,7 @@ async def _serve(request: web.Request, req, ids: list[int], fmt: Formatter, plan
     app, cfg = request.app, request.app[state.CONFIG]
     tok = app[state.TOKENIZER]
     check_prompt_ids(ids, tok.vocab_size)
+    check_token_fields(req, tok.vocab_size)
     params = plan.constrain(sampling_params(req, len(ids), cfg.max_model_len, tok.end_token_ids()))
     _check_encodable(params)
     if not app[state.BACKEND].ready:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 
 from common.cli_args import add_config_args, config_or_report
+from common.control_keys import keys_dir
 from common.logging import setup_logging
 from services.gateway.app import make_app
 from services.gateway.backend import ZmqBackend
@@ -28,10 +29,13 @@ def run(args: argparse.Namespace) -> int:
     replica = default_replica(args.replica)
     log = setup_logging("gateway", replica, cfg.log_level)
     backend = ZmqBackend(cfg.scheduler_address, replica, cfg.heartbeat_interval_s,
-                         cfg.heartbeat_timeout_s, cfg.curve_dir)
+                         cfg.heartbeat_timeout_s, keys_dir(cfg))
     app = make_app(cfg, backend, replica=replica)
     host = args.host or cfg.host
-    log.info("gateway listening", host=host, port=cfg.port, scheduler=cfg.scheduler_address)
+    log.info("gateway listening", host=host, port=cfg.port, scheduler=cfg.scheduler_address,
+             curve=bool(keys_dir(cfg)))
+    if not keys_dir(cfg):
+        log.warning("insecure control plane: plaintext to the scheduler (insecure_control_plane = true)")
     # handler_cancellation (in serve): a client that disconnects cancels its handler,
     # which aborts the request at the scheduler.
     asyncio.run(serve(app, host, cfg.port, cfg))

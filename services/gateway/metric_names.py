@@ -37,6 +37,7 @@ METRIC_LABELS: dict[str, tuple[str, ...]] = {
     "treespec:overlap_guesses_total": (),
     "treespec:overlap_hits_total": (),
     "treespec:overlap_enabled": (),
+    "treespec:spec_decode_plain_steps_total": (),
     "treespec:service_up": ("service", "replica"),
 }
 

@@ -90,6 +90,8 @@ class StatsCollector:
         yield CounterMetricFamily(P + "overlap_hits", "Look-ahead trees used (the verifier accepted the "
                                   "assumed path)", value=s.guess_hits)
         yield GaugeMetricFamily(P + "overlap_enabled", "1 when draft/verify overlap is on", value=int(s.overlap))
+        yield CounterMetricFamily(P + "spec_decode_plain_steps", "Sequence steps verified without a draft tree "
+                                  "while speculation is on (no draft worker: degraded)", value=s.plain_steps)
 
 
 def _service(worker: wire.Heartbeat) -> str:

@@ -15,30 +15,42 @@ import zmq
 from common import transport, wire
 
 RECV_POLL_MS = 100
+BEAT_S = 0.2  # longest gap between messages to the scheduler while waiting
 
 
 class SchedulerClient:
     """One DEALER connection; remembers the latest Stats it received."""
 
     def __init__(self, address: str, curve_dir: str = "", name: str = "client",
-                 ctx: zmq.Context | None = None, cert: str = transport.CLIENT_CERT) -> None:
+                 ctx: zmq.Context | None = None, cert: str = transport.ADMIN_CERT) -> None:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = transport.connect_dealer(self.ctx, address, curve_dir, cert)
         self.name = name
         self.stats: wire.Stats | None = None
         self.inbox: dict[str, list[wire.Message]] = {}
+        self._beat_at = 0.0
         self.send(wire.Hello(role=wire.Role.GATEWAY, replica=name, pid=os.getpid()))
 
     def send(self, msg: wire.Message) -> None:
         self.sock.send(wire.encode(msg))
+        self._beat_at = time.monotonic()
 
     def close(self) -> None:
         self.sock.close(linger=0)
 
     def poll(self, timeout_s: float) -> wire.Message | None:
-        """Receive one message within ``timeout_s`` seconds (Stats are recorded) or None."""
-        if not self.sock.poll(int(timeout_s * 1000)):
-            return None
+        """Receive one message within ``timeout_s`` seconds (Stats are recorded) or None.
+        Sends a heartbeat first when none went out for ``BEAT_S`` (the scheduler aborts
+        the requests of a silent gateway)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if time.monotonic() - self._beat_at > BEAT_S:
+                self.send(wire.Heartbeat(role=wire.Role.GATEWAY, replica=self.name))
+            left = deadline - time.monotonic()
+            if self.sock.poll(int(max(0.0, min(BEAT_S, left)) * 1000)):
+                break
+            if left <= BEAT_S:
+                return None
         msg = wire.decode(self.sock.recv())
         if isinstance(msg, wire.Stats):
             self.stats = msg

@@ -3,7 +3,11 @@
 An I/O thread (``transport.SocketPump``) owns the socket; this loop reads decoded frames
 from its queue, feeds them to the pure :class:`RoundDriver` / :class:`WorkerRegistry`,
 and sends what they return. Every ``STATS_INTERVAL_S`` it sends ``wire.Stats`` to each
-gateway. Torch-free.
+gateway and a Heartbeat to each worker, both carrying this instance's ``epoch`` (a fresh
+id per start: peers that see it change drop what they held for the previous instance).
+A worker heartbeat from an unknown (never met, or dropped) worker is answered with
+``ready=False``: it frees its slots and must say Hello before it is used again. The
+requests of a gateway silent for ``heartbeat_timeout_s`` are aborted. Torch-free.
 """
 
 from __future__ import annotations
@@ -11,12 +15,16 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 
 import msgspec
 import zmq
 
 from common import transport, wire
 from common.config import Config
+from common.control_keys import keys_dir
+from services.scheduler import replies
+from services.scheduler.access import refusal
 from services.scheduler.core import SchedulerCore
 from services.scheduler.rounds import Out, RoundDriver
 from services.scheduler.tree_policy import CostCurve
@@ -25,6 +33,7 @@ from services.scheduler.workers import WorkerRegistry
 STATS_INTERVAL_S = 1.0
 IDLE_WAIT_S = 0.05  # longest sleep between housekeeping passes (expiry, deadlines)
 STEP_TIMEOUT_FACTOR = 12  # a step reply may take this many heartbeat timeouts
+MAX_TREE = 1024  # largest draft tree a worker may return under tree_size auto (config bound)
 GATEWAY_FORGET_FACTOR = 3  # stop sending Stats to a gateway silent this many heartbeat timeouts
 
 
@@ -42,9 +51,11 @@ class SchedulerLoop:
         self.driver = RoundDriver(self.core, self.workers, cfg, log,
                                   cfg.heartbeat_timeout_s * STEP_TIMEOUT_FACTOR)
         self.gateways: dict[bytes, float] = {}  # identity -> last seen (monotonic s)
-        sock, self.auth = transport.bind_router(self.ctx, cfg.scheduler_bind or cfg.scheduler_address,
-                                                cfg.curve_dir)
-        self.pump = transport.SocketPump(self.ctx, sock)
+        self.epoch = uuid.uuid4().hex[:16]
+        self.vocab = 0  # the main model's vocabulary size, from the verifiers' Hello
+        self.keys = keys_dir(cfg)
+        sock, self.auth = transport.bind_router(self.ctx, cfg.scheduler_bind or cfg.scheduler_address, self.keys)
+        self.pump = transport.SocketPump(self.ctx, sock, user_ids=bool(self.keys))
         self._stop = threading.Event()
         self.serving = False  # True while run() serves: the /readyz answer
 
@@ -55,7 +66,9 @@ class SchedulerLoop:
     def run(self) -> None:
         """Serve until ``stop()``; closes the socket on the way out."""
         self.log.info("scheduler listening", address=self.cfg.scheduler_bind or self.cfg.scheduler_address,
-                      curve=bool(self.cfg.curve_dir), tree_size=self.cfg.tree_size)
+                      curve=bool(self.keys), tree_size=self.cfg.tree_size, epoch=self.epoch)
+        if not self.keys:
+            self.log.warning("insecure control plane: plaintext, every peer trusted (insecure_control_plane = true)")
         next_stats = 0.0
         self.serving = True
         try:
@@ -109,29 +122,92 @@ class SchedulerLoop:
             self.pump.send([identity, wire.encode(msg)])
 
     def _handle(self, frames: list[bytes], now: float) -> None:
-        """Dispatch one frame; malformed or unexpected ones are logged and dropped."""
+        """Dispatch one frame; malformed or unexpected ones are logged and dropped, and a
+        message its sender's role may not send drops that sender (``access.refusal``)."""
+        key_role = frames.pop().decode(errors="replace") if self.keys and frames else None
         try:
             identity, msg = transport.split_router(frames)
         except wire.WireError as exc:
             self.log.warning("malformed frame dropped", error=str(exc)[:200], frames=len(frames))
             return
+        why = refusal(key_role, msg) or self._not_owner(identity, key_role, msg) or self._invalid(msg)
+        if why is not None:
+            self._refuse(identity, type(msg).__name__, why, now)
+            return
+        try:
+            self._dispatch(identity, msg, now)
+        except Exception as exc:  # the process boundary: one bad message costs its sender, not us
+            self.log.error("message handling failed", type=type(msg).__name__, error=repr(exc)[:300])
+            self._refuse(identity, type(msg).__name__, f"handling raised {type(exc).__name__}", now)
+
+    def _invalid(self, msg: wire.Message) -> str | None:
+        """Why a worker's message is out of bounds (``replies.py``): its sender is dropped."""
+        if isinstance(msg, wire.Hello) and msg.role != wire.Role.GATEWAY:
+            return replies.hello_problem(msg)
+        if isinstance(msg, wire.Heartbeat) and msg.role in (wire.Role.DRAFT, wire.Role.VERIFIER):
+            return replies.heartbeat_problem(msg)
+        rnd = self.driver.current
+        if isinstance(msg, wire.VerifyResult) and rnd is not None and rnd.number == msg.round:
+            return replies.verify_problem(msg, rnd.trees, self.vocab)
+        if isinstance(msg, wire.DraftResult):
+            size = self.cfg.tree_size if isinstance(self.cfg.tree_size, int) else MAX_TREE
+            return replies.draft_problem(msg, {sid: size for sid in msg.trees}, self.vocab)
+        return None
+
+    def _dispatch(self, identity: bytes, msg: wire.Message, now: float) -> None:
         self.workers.touch(identity, now)
+        if isinstance(msg, (wire.Submit, wire.Abort)):
+            self.gateways[identity] = now
         if isinstance(msg, wire.DraftResult):
             self._send(self.driver.on_draft(identity, msg, now))
         elif isinstance(msg, wire.VerifyResult):
             self._send(self.driver.on_verify(identity, msg, now))
         elif isinstance(msg, wire.Submit):
-            self.gateways[identity] = now
-            self._send(self.driver.submit(identity, msg))
+            bad = self._out_of_vocab(msg)
+            self._send([(identity, wire.Rejected(request_id=msg.request_id, status=400, reason=bad))] if bad else
+                       self.driver.submit(identity, msg))
         elif isinstance(msg, wire.Abort):
             self._send(self.driver.abort(msg.request_id))
         elif isinstance(msg, wire.Hello):
             self._hello(identity, msg, now)
         elif isinstance(msg, wire.Heartbeat):
-            if self.workers.heartbeat(identity, msg, now) is None:
-                self.gateways[identity] = now
+            self._beat(identity, msg, now)
         else:
             self.log.warning("unexpected message dropped", type=type(msg).__name__)
+
+    def _out_of_vocab(self, msg: wire.Submit) -> str | None:
+        """A 400 reason when the prompt or stop_token_ids hold an id outside the vocabulary."""
+        limit = self.vocab or replies.MAX_TOKEN_ID
+        for name, ids in (("prompt", msg.prompt), ("stop_token_ids", msg.params.stop_token_ids)):
+            bad = next((t for t in ids if not 0 <= t < limit), None)
+            if bad is not None:
+                return f"{name} holds token id {bad} outside the vocabulary 0..{limit - 1}"
+        return None
+
+    def _beat(self, identity: bytes, hb: wire.Heartbeat, now: float) -> None:
+        """A worker's heartbeat updates its record; an unknown worker is asked to say Hello."""
+        if hb.role not in (wire.Role.DRAFT, wire.Role.VERIFIER):
+            self.gateways[identity] = now
+        elif self.workers.heartbeat(identity, hb, now) is None:
+            self._send([(identity, self._my_beat(ready=False))])
+
+    def _my_beat(self, ready: bool = True) -> wire.Heartbeat:
+        return wire.Heartbeat(role=None, replica="scheduler", ready=ready, epoch=self.epoch)
+
+    def _not_owner(self, identity: bytes, key_role: str | None, msg: wire.Message) -> str | None:
+        """An Abort of a request another gateway submitted (admin keys may abort any)."""
+        if not isinstance(msg, wire.Abort) or key_role == "admin":
+            return None
+        owner = self.driver.owners.get(msg.request_id)
+        return None if owner in (None, identity) else "a gateway may abort only its own requests"
+
+    def _refuse(self, identity: bytes, what: str, why: str, now: float) -> None:
+        """Drop the message and its sender (a worker's sequences are re-placed)."""
+        self.log.warning("message refused, peer dropped", peer=identity.hex()[:16], type=what, reason=why)
+        self.gateways.pop(identity, None)
+        w = self.workers.drop(identity.hex())
+        if w is not None:
+            self._send(self.driver.worker_gone(w, now, f"refused: {why}"))
 
     def _hello(self, identity: bytes, msg: wire.Hello, now: float) -> None:
         if msg.role == wire.Role.GATEWAY:
@@ -139,8 +215,12 @@ class SchedulerLoop:
             self._send([(identity, self._stats())])
             return
         w, old = self.workers.hello(identity, msg, now)
+        self._send([(identity, self._my_beat())])  # tells it this instance's epoch
         if old is not None:
             self._send(self.driver.worker_gone(old, now, "said hello again (restarted)"))
+        self.driver.had_draft |= msg.role == wire.Role.DRAFT
+        if msg.role == wire.Role.VERIFIER and msg.vocab_size:
+            self.vocab = msg.vocab_size
         if msg.role == wire.Role.VERIFIER and msg.eos_ids:
             self.core.eos_ids = frozenset(msg.eos_ids)
         if msg.cost_ms:
@@ -170,15 +250,25 @@ class SchedulerLoop:
                           num_draft_tokens=core.num_draft_tokens, num_accepted_tokens=core.num_accepted,
                           accepted_per_pos=list(core.accepted_per_pos), tree_size=size, workers=beats,
                           ready=self.driver.ready(), guesses=ahead.sent, guess_hits=ahead.hits,
-                          overlap=self.driver.overlap())
+                          overlap=self.driver.overlap(), epoch=self.epoch,
+                          plain_steps=self.driver.plain_steps)
 
     def _broadcast_stats(self, now: float) -> None:
+        """Stats to every gateway, the epoch heartbeat to every worker; abort the requests
+        of gateways silent past the heartbeat timeout."""
         forget = self.cfg.heartbeat_timeout_s * GATEWAY_FORGET_FACTOR
+        silent = {gw for gw, seen in self.gateways.items() if now - seen > self.cfg.heartbeat_timeout_s}
+        for rid, gw in list(self.driver.owners.items()):
+            if gw in silent:  # its client is gone or will never hear of it: free the KV now
+                self._send(self.driver.fail(rid, f"the gateway was silent for more than "
+                                                 f"{self.cfg.heartbeat_timeout_s:g} s; request aborted"))
         for gw, seen in list(self.gateways.items()):
             if now - seen > forget:
                 del self.gateways[gw]
         stats = self._stats()
         self._send([(gw, stats) for gw in self.gateways])
+        beat = self._my_beat()
+        self._send([(w.identity, beat) for w in self.workers.all()])
 
 
 def unique_replicas(beats: list[wire.Heartbeat], keys: list[str]) -> list[wire.Heartbeat]:

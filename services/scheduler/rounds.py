@@ -25,6 +25,7 @@ from services.scheduler.workers import Worker, WorkerRegistry
 
 EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
 MAX_VERIFY_LOSSES = 3  # consecutive rounds a verifier may report a sequence lost before it errors
+VERIFIER_WAIT_FACTOR = 6  # with no verifier, requests wait this many heartbeat timeouts, then fail
 Out = tuple[bytes, wire.Message]
 
 
@@ -59,6 +60,9 @@ class RoundDriver:
         self.policy = policy or TreePolicy(cfg)
         self.shape = self.policy.budget.default_shape()  # (size, depth) of the latest round
         self.ahead = Lookahead()  # draft/verify overlap (overlap.py)
+        self.had_draft = False  # a draft worker joined once: without one now we degrade, not refuse
+        self.plain_steps = 0  # sequence rounds verified without a tree while speculative (degraded)
+        self.no_verifier_since: float | None = None
 
     @property
     def speculative(self) -> bool:
@@ -70,9 +74,10 @@ class RoundDriver:
         return self.speculative and overlap_pays(self.cfg.overlap, devs[wire.Role.DRAFT], devs[wire.Role.VERIFIER])
 
     def ready(self) -> bool:
-        """A verifier (and a draft unless tree_size is 0) is alive and warmed up."""
+        """A verifier is alive and warmed up, and so is a draft unless tree_size is 0 or a
+        draft has joined before (without one now the scheduler decodes plainly: degraded)."""
         ok = self.workers.ready(wire.Role.VERIFIER)
-        return ok and (not self.speculative or self.workers.ready(wire.Role.DRAFT))
+        return ok and (not self.speculative or self.had_draft or self.workers.ready(wire.Role.DRAFT))
 
     # ---- gateway messages -----------------------------------------------------------------
     def submit(self, gateway: bytes, msg: wire.Submit) -> list[Out]:
@@ -153,8 +158,11 @@ class RoundDriver:
         look-ahead step is still out: its draft worker is busy with it anyway)."""
         if self.current is not None or self.ahead.busy() or not (self.core.running or self.core.waiting):
             return []
-        if not self.workers.alive(wire.Role.VERIFIER):
-            return self._fail_all("no verifier replica is alive")
+        if not self.workers.alive(wire.Role.VERIFIER):  # wait a bounded time for one to (re)join
+            self.no_verifier_since = self.no_verifier_since if self.no_verifier_since is not None else now
+            wait_s = VERIFIER_WAIT_FACTOR * self.cfg.heartbeat_timeout_s
+            return self._fail_all(f"no verifier replica for {wait_s:.0f} s") if now - self.no_verifier_since > wait_s else []
+        self.no_verifier_since = None
         self.core.admit(self.workers.capacity(wire.Role.VERIFIER))
         seqs = [s for s in self.core.running.values() if self._place(s, wire.Role.VERIFIER)]
         if not seqs:
@@ -245,6 +253,10 @@ class RoundDriver:
         out = self._collect(identity.hex(), res.round, wire.Role.VERIFIER, res.outs)
         if out is None:
             return []
+        for sid, why in res.failed.items():  # refused for good by the verifier: fail it alone
+            seq = self.core.running.get(sid)
+            if seq is not None and sid in self.current.seq_ids:
+                out += self._fail(seq, f"the verifier refused this sequence: {why}"[:300])
         rnd = self.current
         rnd.verify_ms = max(rnd.verify_ms, res.verify_ms)
         return out + (self._finish() if not rnd.pending else [])
@@ -253,8 +265,18 @@ class RoundDriver:
         n = self.losses[seq.request_id] = self.losses.get(seq.request_id, 0) + 1
         if n < MAX_VERIFY_LOSSES:
             return []
+        return self._fail(seq, f"the verifier lost this sequence {n} rounds in a row (invalid tokens or no KV room)")
+
+    def fail(self, request_id: str, err: str) -> list[Out]:
+        """End a request (running or waiting) with finish=ERROR and ``err``; [] if unknown."""
+        seq = self.core.running.get(request_id) or next(
+            (s for s in self.core.waiting if s.request_id == request_id), None)
+        return [] if seq is None else self._fail(seq, err)
+
+    def _fail(self, seq: Sequence, err: str) -> list[Out]:
+        """End one request with finish=ERROR: free its KV, tell its gateway."""
         self.core.abort(seq.request_id)
-        err = f"the verifier lost this sequence {n} rounds in a row (invalid tokens or no KV room)"
+        seq.finish = wire.FinishReason.ERROR
         self.log.error("request failed", request_id=seq.request_id, error=err)
         return self._release(seq) + self._final(seq, wire.FinishReason.ERROR, err)
 
@@ -271,6 +293,7 @@ class RoundDriver:
                 seq.draft.rolled_back(rnd.draft_held[sid])
                 continue
             tree = rnd.trees.get(sid, EMPTY_TREE)
+            self.plain_steps += int(self.speculative and self.shape[0] > 0 and sid not in rnd.trees)
             self.policy.observe(wire.tree_from_wire(tree), rnd.outs[sid].accepted)
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)

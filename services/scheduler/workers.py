@@ -1,8 +1,10 @@
 """Which workers are alive, what they hold, and where a sequence goes. Pure, torch-free.
 
 Workers are keyed by their ZeroMQ identity (hex string ``key``): replica names are only
-labels (two containers may both call themselves ``0``). A worker registers with Hello,
-or with a Heartbeat that names its role (so a restarted scheduler re-learns its workers).
+labels (two containers may both call themselves ``0``). A worker registers only with
+Hello: a heartbeat from an unknown worker (a restarted scheduler never met it, or it was
+dropped) registers nothing, and the loop asks that worker to say Hello again, so a stuck
+worker that still heartbeats is not dropped and re-registered in a loop.
 """
 
 from __future__ import annotations
@@ -62,14 +64,10 @@ class WorkerRegistry:
         return w, old
 
     def heartbeat(self, identity: bytes, hb: wire.Heartbeat, now: float) -> Worker | None:
-        """Record a heartbeat; an unknown worker naming its role is registered. Returns the
-        worker, or None (a gateway's or role-less heartbeat from an unknown peer)."""
+        """Record a registered worker's heartbeat; None for an unknown peer (not registered)."""
         w = self.of_identity(identity)
         if w is None:
-            if hb.role not in (wire.Role.DRAFT, wire.Role.VERIFIER):
-                return None
-            w = Worker(identity, hb.role, hb.replica, hb.slots_total, now)
-            self._by_key[w.key] = w
+            return None
         w.last_seen, w.heartbeat = now, hb
         w.slots_total = hb.slots_total or w.slots_total
         w.prefix.resize(hb.prefix_cache_blocks_total)

@@ -20,6 +20,7 @@ from common.modeling.sampling import apply_penalties, draw_tokens
 from common.modeling.slots import SlotTable
 from common.tree import TokenTree, children, depths, path_to
 from services.verifier.acceptance import accept_walk
+from services.verifier.validate import invalid_reason
 
 
 class VerifierRunner:
@@ -39,20 +40,49 @@ class VerifierRunner:
         if self.grammar is not None:
             self.grammar.free(seq_ids)
 
+    def held(self) -> list[str]:
+        """Sequence ids holding a KV slot."""
+        return self.table.seq_ids()
+
     def step(self, msg: wire.VerifyStep) -> wire.VerifyResult:
-        """Score all trees in one forward pass, accept, commit; unknown sequences are lost."""
+        """Score all trees in one forward pass, accept, commit. Unknown sequences are lost;
+        invalid ones (``validate.invalid_reason``) fail alone; when the batched pass raises,
+        every sequence is retried on its own so that only the offender fails."""
         t0 = time.perf_counter()
         served, lost = self.table.resolve(msg.seqs)
-        seqs, trees = [], []
+        seqs, trees, failed = [], [], {}
         for s in served:
-            tree = self._tree(s)
-            if tree is None or not s.new_tokens:
+            why = invalid_reason(s, self.model.spec.vocab_size)
+            tree = None if why else self._tree(s)
+            if why:
+                failed[s.seq_id] = why
+            elif tree is None or not s.new_tokens:
                 lost.append(s.seq_id)
             else:
                 seqs.append(s)
                 trees.append(tree)
-        outs = self._verify(seqs, trees) if seqs else {}
-        return wire.VerifyResult(round=msg.round, outs=outs, lost=lost, verify_ms=(time.perf_counter() - t0) * 1e3)
+        outs = self._verify_isolated(seqs, trees, failed) if seqs else {}
+        self.free(list(failed), keep=False)
+        return wire.VerifyResult(round=msg.round, outs=outs, lost=lost, verify_ms=(time.perf_counter() - t0) * 1e3,
+                                 failed=failed)
+
+    def _verify_isolated(self, seqs: list[wire.VerifySeq], trees: list[TokenTree],
+                         failed: dict[str, str]) -> dict[str, wire.VerifyOut]:
+        """``_verify`` of the batch; if it raises, of each sequence alone (nothing was
+        committed: ``_verify`` commits only after every acceptance succeeded)."""
+        try:
+            return self._verify(seqs, trees)
+        except Exception as exc:  # isolate the offender; the others must not pay for it
+            if len(seqs) == 1:
+                failed[seqs[0].seq_id] = f"verification failed: {exc!r}"[:300]
+                return {}
+        outs: dict[str, wire.VerifyOut] = {}
+        for s, tree in zip(seqs, trees):
+            try:
+                outs.update(self._verify([s], [tree]))
+            except Exception as exc:  # this sequence alone fails
+                failed[s.seq_id] = f"verification failed: {exc!r}"[:300]
+        return outs
 
     def _tree(self, s: wire.VerifySeq) -> TokenTree | None:
         """The sequence's draft tree, or None when it is malformed or out of vocabulary."""
@@ -75,16 +105,17 @@ class VerifierRunner:
         on_device = [self._draw(s, t, lg) for s, t, lg in zip(seqs, trees, logits.split(sizes))]
         host = to_host([x for group in on_device for x in group])  # the step's one transfer
         outs = {}
-        for s, slot, tree, group in zip(seqs, slots, trees, on_device):
+        for s, tree, group in zip(seqs, trees, on_device):
             drawn, lps = host[0], host[1:len(group)]
             host = host[len(group):]
             accepted, bonus = accept_walk(tree.tokens, children(tree.parents), drawn)
             outs[s.seq_id] = wire.VerifyOut(accepted=accepted, bonus=bonus,
                                             logprobs=token_logprobs(accepted, *lps) if lps else None)
+        for s, slot, tree in zip(seqs, slots, trees):  # commit only once every acceptance succeeded
+            accepted = outs[s.seq_id].accepted
             base, p = self.cache.lengths[slot], len(s.new_tokens)
-            keep = list(range(base, base + p)) + [base + p + i for i in accepted]
-            self.cache.commit(slot, keep)
-            self.table.extend(s.seq_id, list(s.new_tokens) + [int(tree.tokens[a]) for a in outs[s.seq_id].accepted])
+            self.cache.commit(slot, list(range(base, base + p)) + [base + p + i for i in accepted])
+            self.table.extend(s.seq_id, list(s.new_tokens) + [int(tree.tokens[a]) for a in accepted])
         return outs
 
     def _draw(self, s: wire.VerifySeq, tree: TokenTree, lg: torch.Tensor) -> list[torch.Tensor]:

@@ -203,6 +203,10 @@ class TensorParallelVerifier:
         _broadcast_bytes(wire.encode(msg), self._device, self._group)
         return self.runner.step(msg)
 
+    def held(self) -> list[str]:
+        """Sequence ids holding a KV slot (rank 0's table; every rank holds the same)."""
+        return self.runner.held()
+
     def free(self, seq_ids: list[str], keep: bool = True) -> None:
         """Release sequences on every rank (tensor-parallel runs have no prefix cache: ``keep``
         is accepted for the runner interface and has no effect)."""

@@ -51,7 +51,7 @@ def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
              prefix_cache_blocks=blocks)
     hello = wire.Hello(role=wire.Role.VERIFIER, replica=replica, pid=os.getpid(), slots_total=slots, max_len=max_len,
                        eos_ids=sorted(eos_ids(tok)), cost_ms=cost,
-                       devices=device_ids(cfg.device))
+                       devices=device_ids(cfg.device), vocab_size=model.spec.vocab_size)
     return VerifierWorker(runner, hello)
 
 
@@ -69,6 +69,7 @@ def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:
     from services.verifier import tensor_parallel
     model, tok = main_model(cfg)
     slots, max_len = plan_slots(cfg, model, TreeBudget.from_config(cfg).kv_headroom)
+    vocab = model.spec.vocab_size
     del model
     tp = tensor_parallel.build_verifier(cfg.main_model_path, cfg.dtype, slots, max_len,
                                         cfg.tensor_parallel_size, cfg.device)
@@ -77,5 +78,5 @@ def _build_tensor_parallel(cfg: Config, replica: str, log) -> VerifierWorker:
     devices = device_ids(tensor_parallel.rank_device(cfg.device, 0), cfg.tensor_parallel_size)
     hello = wire.Hello(role=wire.Role.VERIFIER, replica=replica, pid=os.getpid(), slots_total=slots, max_len=max_len,
                        eos_ids=sorted(eos_ids(tok)),
-                       devices=devices)
+                       devices=devices, vocab_size=vocab)
     return VerifierWorker(tp, hello)

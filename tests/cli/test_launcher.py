@@ -49,3 +49,54 @@ class TestLauncher:
         proc.wait(30)
         time.sleep(0.5)
         assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def _sse_stream(url: str, body: dict):
+    """POST a streaming completion; yields each decoded SSE data payload (a dict, or '[DONE]')."""
+    import json
+    import urllib.request
+    req = urllib.request.Request(url + "/v1/completions", json.dumps({**body, "stream": True}).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if line.startswith("data: "):
+                data = line[len("data: "):]
+                yield data if data == "[DONE]" else json.loads(data)
+
+
+def _service_pid(launcher_pid: int, command: str) -> int:
+    """The pid of the launcher's child running ``treespec.cli <command>``."""
+    for p in psutil.Process(launcher_pid).children(recursive=True):
+        if command in p.cmdline()[3:5]:
+            return p.pid
+    raise LookupError(command)
+
+
+class TestSupervision:
+    def test_draft_killed_mid_completion_request_finishes(self, tmp_path):
+        """kill -9 of the draft worker while a completion streams: the launcher restarts it and the
+        stream still ends with all max_tokens, the same greedy text as before, and [DONE]."""
+        from tests.integration.deployment import Deployment
+        dep = Deployment.start(tmp_path, tree_size=4).wait_ready()
+        try:
+            body = {"prompt": "def f(x):", "max_tokens": 64, "temperature": 0.0, "ignore_eos": True}
+            reference = "".join(e["choices"][0]["text"] for e in _sse_stream(dep.url, body) if e != "[DONE]")
+            events, killed = [], None
+            for ev in _sse_stream(dep.url, body):
+                events.append(ev)
+                if killed is None:
+                    killed = _service_pid(dep.proc.pid, "draft")
+                    os.kill(killed, signal.SIGKILL)
+            assert events[-1] == "[DONE]"
+            chunks = [e for e in events[:-1] if e["choices"]]
+            assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+            assert "".join(c["choices"][0]["text"] for c in chunks) == reference
+            assert psutil.pid_exists(killed) is False or psutil.Process(killed).status() == psutil.STATUS_ZOMBIE
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "restarted draft-0" not in (tmp_path / "up.out").read_text():
+                time.sleep(0.2)
+            assert "restarted draft-0" in (tmp_path / "up.out").read_text()
+            assert _service_pid(dep.proc.pid, "draft") != killed
+        finally:
+            dep.stop()

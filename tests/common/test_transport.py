@@ -42,7 +42,7 @@ class TestCurve:
         ctx = zmq.Context()
         router, auth = _pair(ctx, "tcp://127.0.0.1:*", str(tmp_path))
         addr = router.getsockopt_string(zmq.LAST_ENDPOINT)
-        good = transport.connect_dealer(ctx, addr, str(tmp_path))
+        good = transport.connect_dealer(ctx, addr, str(tmp_path), cert="gateway")
         bad = transport.connect_dealer(ctx, addr, str(tmp_path), cert="stranger")
         for sock in (good, bad):
             sock.send(wire.encode(wire.Abort(request_id="x")))
@@ -57,10 +57,32 @@ class TestCurve:
         ctx.term()
 
     def test_secret_keys_are_private(self, tmp_path):
-        """ensure_curve_keys leaves both secret keys readable by their owner only."""
+        """ensure_curve_keys makes the directory 0700 and every secret key owner-only."""
         transport.ensure_curve_keys(str(tmp_path / "keys"))
-        for name in ("server.key_secret", "client.key_secret"):
-            assert (tmp_path / "keys" / name).stat().st_mode & 0o777 == transport.SECRET_MODE
+        assert (tmp_path / "keys").stat().st_mode & 0o777 == 0o700
+        for name in ("server", "gateway", "draft", "verifier", "admin"):
+            assert (tmp_path / "keys" / f"{name}.key_secret").stat().st_mode & 0o777 == transport.SECRET_MODE
+
+    def test_router_learns_each_peers_role(self, tmp_path):
+        """A pump with user_ids appends the role its key is filed under to every message."""
+        transport.ensure_curve_keys(str(tmp_path))
+        ctx = zmq.Context()
+        router, auth = _pair(ctx, "tcp://127.0.0.1:*", str(tmp_path))
+        addr = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        pump = transport.SocketPump(ctx, router, user_ids=True)
+        socks = {r: transport.connect_dealer(ctx, addr, str(tmp_path), cert=r) for r in ("draft", "verifier")}
+        for role, sock in socks.items():
+            sock.send(wire.encode(wire.Abort(request_id=role)))
+        got = {}
+        for _ in socks:
+            frames = pump.inbox.get(timeout=5)
+            got[transport.split_router(frames[:2])[1].request_id] = frames[2].decode()
+        assert got == {"draft": "draft", "verifier": "verifier"}
+        for s in socks.values():
+            s.close()
+        pump.close()
+        auth.stop()
+        ctx.term()
 
 
 class TestTorchFree:

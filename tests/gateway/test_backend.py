@@ -33,9 +33,9 @@ async def with_router(scenario):
         ctx.term()
 
 
-async def say_stats(router, ident, ready=True):
+async def say_stats(router, ident, ready=True, epoch="e1"):
     stats = wire.Stats(running=0, waiting=0, num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0,
-                       accepted_per_pos=[], tree_size=0, workers=[], ready=ready)
+                       accepted_per_pos=[], tree_size=0, workers=[], ready=ready, epoch=epoch)
     await router.send_multipart([ident, wire.encode(stats)])
 
 
@@ -87,3 +87,20 @@ class TestZmqBackend:
                     pass
             return backend.ready
         assert asyncio.run(with_router(scenario)) is False
+
+    def test_new_scheduler_epoch_fails_in_flight_requests_at_once(self):
+        """Stats with a new epoch (the scheduler restarted) end a waiting request with
+        BackendUnavailable at once, although the scheduler is not silent."""
+        async def scenario(router, backend):
+            ident, _ = await recv(router)
+            await say_stats(router, ident, epoch="first")
+            gen = backend.generate("r1", [1], PARAMS)
+            nxt = asyncio.ensure_future(anext(gen))
+            await asyncio.sleep(0.05)
+            await router.send_multipart([ident, wire.encode(wire.TokenDelta(request_id="r1", tokens=[5]))])
+            assert (await nxt).tokens == [5]
+            await say_stats(router, ident, epoch="second")
+            with pytest.raises(BackendUnavailable, match="restarted"):  # not the silence path's message
+                await anext(gen)
+            return backend.connected
+        assert asyncio.run(with_router(scenario)) is True

@@ -66,7 +66,13 @@ class Cluster:
 
     def client(self, name: str = "test"):
         from services.scheduler.client import SchedulerClient
-        return SchedulerClient(self.address, self.extra.get("curve_dir", ""), name=name)
+        return SchedulerClient(self.address, self.keys_dir(), name=name)
+
+    def keys_dir(self) -> str:
+        """The control-plane keys directory the services use ('' when plaintext)."""
+        from common.config import load_config
+        from common.control_keys import keys_dir
+        return keys_dir(load_config(environ=self.env()))
 
 
 def start_cluster(tmp: Path, drafts: int = 1, verifiers: int = 1, **extra: str) -> Cluster:

@@ -65,10 +65,12 @@ def scheduler_log(dep: Deployment) -> str:
 
 class TestCurveDeployment:
     def test_keys_are_created_and_secrets_private(self, deployment):
-        """``treespec up`` creates server and client keypairs, authorizes the client key and keeps secrets private."""
+        """``treespec up`` creates the server key pair and one authorized key pair per role in a 0700 directory."""
         root = deployment.log_dir.parent / "curve"
-        for name in ("server.key", "server.key_secret", "client.key", "client.key_secret", "authorized/client.key"):
-            assert (root / name).is_file(), name
+        for role in ("gateway", "draft", "verifier", "admin"):
+            for name in (f"{role}.key", f"{role}.key_secret", f"authorized/{role}.key"):
+                assert (root / name).is_file(), name
+        assert stat.S_IMODE(root.stat().st_mode) == 0o700
         for secret in root.glob("*.key_secret"):
             assert stat.S_IMODE(secret.stat().st_mode) & 0o077 == 0, secret
 
@@ -91,19 +93,96 @@ class TestCurveDeployment:
 
     @pytest.mark.parametrize("keyed", [False, True], ids=["plaintext", "unauthorized-key"])
     def test_rogue_dealer_gets_nothing(self, deployment, keyed):
-        """A DEALER without the client key gets no answer, its messages are never processed, service continues."""
+        """A peer without an authorized key that offers itself as a verifier with 1000 free slots gets no
+        frame (no prompt text) and cannot change any output; its messages are never processed."""
+        before = complete(deployment.url)["choices"][0]["text"]
         sock = rogue_dealer(deployment.scheduler_address, deployment.log_dir.parent / "rogue" if keyed else None)
         try:
             rid = f"{ROGUE_ID}-{int(keyed)}"
-            sock.send(transport.frame(wire.Submit(request_id=rid, prompt=[1, 2, 3],
-                                                  params=wire.SamplingParams(max_tokens=4))))
+            sock.send(transport.frame(wire.Hello(role=wire.Role.VERIFIER, replica="rogue", pid=1, slots_total=1000, max_len=256)))
+            sock.send(transport.frame(wire.Submit(request_id=rid, prompt=[1, 2, 3], params=wire.SamplingParams(max_tokens=4))))
             sock.send(transport.frame(wire.DraftResult(round=1, trees={}, lost=[rid])))
-            sock.send(transport.frame(wire.Hello(role=wire.Role.DRAFT, replica="rogue", pid=1, slots_total=8,
-                                                 max_len=256)))
+            after = [complete(deployment.url)["choices"][0]["text"] for _ in range(3)]
             assert sock.poll(ROGUE_WAIT_S * 1e3) == 0
         finally:
             sock.close()
-        assert complete(deployment.url)["usage"]["completion_tokens"] == 8
+        assert after == [before] * 3
         time.sleep(0.5)
         assert "rogue" not in scheduler_log(deployment)
         assert deployment.proc.poll() is None
+
+
+def keyed_dealer(dep: Deployment, role: str) -> zmq.Socket:
+    """A DEALER holding the deployment's key pair of ``role``."""
+    return transport.connect_dealer(zmq.Context.instance(), dep.scheduler_address,
+                                    str(dep.log_dir.parent / "curve"), role)
+
+
+class TestRoleBinding:
+    def test_gateway_key_cannot_register_as_verifier(self, deployment):
+        """A peer holding the gateway key that says Hello as a verifier is refused: it gets no verify
+        step (no prompt text), the outputs do not change, and the scheduler logs the refusal."""
+        before = complete(deployment.url)["choices"][0]["text"]
+        sock = keyed_dealer(deployment, "gateway")
+        try:
+            sock.send(transport.frame(wire.Hello(role=wire.Role.VERIFIER, replica="evil-verifier", pid=1, slots_total=1000, max_len=256)))
+            sock.send(transport.frame(wire.Heartbeat(role=wire.Role.VERIFIER, replica="evil-verifier", ready=True, slots_used=0, slots_total=1000)))
+            after = [complete(deployment.url)["choices"][0]["text"] for _ in range(3)]
+            got = []
+            while sock.poll(ROGUE_WAIT_S * 1e3):
+                got.append(wire.decode(sock.recv()))
+            assert not [m for m in got if isinstance(m, (wire.VerifyStep, wire.DraftStep))]
+        finally:
+            sock.close()
+        assert after == [before] * 3
+        assert "a gateway key cannot act as a verifier" in scheduler_log(deployment)
+
+    def test_draft_key_cannot_send_verify_results_or_submit(self, deployment):
+        """A draft key's VerifyResult and Submit are refused (no answer), and service continues."""
+        sock = keyed_dealer(deployment, "draft")
+        try:
+            sock.send(transport.frame(wire.Submit(request_id="draft-submit", prompt=[1, 2, 3], params=wire.SamplingParams(max_tokens=4))))
+            sock.send(transport.frame(wire.VerifyResult(round=1, outs={}, lost=[])))
+            assert sock.poll(ROGUE_WAIT_S * 1e3) == 0
+        finally:
+            sock.close()
+        log = scheduler_log(deployment)
+        assert "a draft key cannot send Submit" in log and "a draft key cannot send VerifyResult" in log
+        assert complete(deployment.url)["usage"]["completion_tokens"] == 8
+
+    def test_gateway_cannot_abort_another_gateways_request(self, deployment):
+        """An Abort from a gateway that did not submit the request is refused; the request finishes."""
+        from services.scheduler.client import SchedulerClient
+        owner = SchedulerClient(deployment.scheduler_address, str(deployment.log_dir.parent / "curve"),
+                                name="owner", cert="gateway")
+        other = keyed_dealer(deployment, "gateway")
+        try:
+            owner.submit("victim", [1, 2, 3], wire.SamplingParams(max_tokens=24, ignore_eos=True))
+            other.send(transport.frame(wire.Abort(request_id="victim")))
+            toks, last = [], None
+            for last in owner.stream("victim", 60):
+                toks += last.tokens
+            assert last.finish == wire.FinishReason.LENGTH and len(toks) == 24
+        finally:
+            owner.close()
+            other.close()
+        assert "a gateway may abort only its own requests" in scheduler_log(deployment)
+
+
+class TestDefaultOn:
+    def test_up_without_settings_uses_curve(self, tmp_path, monkeypatch):
+        """With no curve setting at all, ``treespec up`` generates keys (XDG_CONFIG_HOME) and every
+        service talks CURVE; a plaintext peer gets nothing."""
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+        dep = Deployment.start(tmp_path, tree_size=0).wait_ready()
+        try:
+            first = json.loads(scheduler_log(dep).splitlines()[0])
+            assert first["event"] == "scheduler listening" and first["curve"] is True
+            assert (tmp_path / "xdg" / "treespec" / "control-plane" / "verifier.key_secret").is_file()
+            sock = rogue_dealer(dep.scheduler_address)
+            sock.send(transport.frame(wire.Hello(role=wire.Role.GATEWAY, replica="plain", pid=1)))
+            assert sock.poll(ROGUE_WAIT_S * 1e3) == 0
+            sock.close()
+            assert complete(dep.url)["usage"]["completion_tokens"] == 8
+        finally:
+            dep.stop()

@@ -75,9 +75,8 @@ class TestFuzz:
         """Random frames (and truncated valid ones) are dropped without stopping the scheduler."""
         import zmq
         valid = wire.encode(wire.Submit(request_id="fz", prompt=[1, 2], params=wire.SamplingParams()))
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.linger = 0
-        sock.connect(cluster.address)
+        from common import transport
+        sock = transport.connect_dealer(zmq.Context.instance(), cluster.address, cluster.keys_dir())  # admin key
         sock.send_multipart(frames)
         sock.send(valid[: len(frames[0]) % len(valid)])
         sock.close()

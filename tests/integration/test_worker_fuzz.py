@@ -38,7 +38,7 @@ class FakeScheduler:
         self.sock = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.linger = 0
         self.sock.bind(self.address)
-        self.cluster = Cluster(self.address, tmp, {})
+        self.cluster = Cluster(self.address, tmp, {"insecure_control_plane": "true"})  # a plaintext fake
         self.proc = self.cluster.start(role, "fuzz")
         self.peer, hello = self.recv(HELLO_TIMEOUT_S, wire.Hello)
         assert hello.role.value == role
@@ -183,6 +183,7 @@ def expected(role: str, msg: wire.Message) -> wire.Message:
 
 def served_or_lost(msg: wire.Message, reply: wire.Message) -> bool:
     done = set(reply.trees if isinstance(reply, wire.DraftResult) else reply.outs) | set(reply.lost)
+    done |= set(getattr(reply, "failed", {}))
     return {s.seq_id for s in msg.seqs} <= done
 
 
@@ -202,7 +203,7 @@ class TestWorkerFuzz:
         assert worker.alive()
 
     def test_hostile_steps_are_answered(self, worker):
-        """Unknown sequences, bad token ids, oversized arrays and trees: every sequence is answered or lost."""
+        """Unknown sequences, bad token ids, oversized arrays and trees: every sequence is answered, lost or failed."""
         for msg in hostile_steps(worker.role):
             worker.send(wire.encode(msg))
             _, reply = worker.recv(REPLY_TIMEOUT_S, (wire.DraftResult, wire.VerifyResult), msg.round)

@@ -76,3 +76,16 @@ class TestDriverRecordsPlacement:
             turn2 = driver.core.submit(wire.Submit(request_id="t2", prompt=SYSTEM + list(range(20)) + [5, 6],
                                                        params=wire.SamplingParams()))
             assert driver._place(turn2, wire.Role.VERIFIER).identity == expected
+
+
+
+
+class TestWorkerRegistryHeartbeat:
+    def test_unknown_worker_heartbeat_registers_nothing(self):
+        """A heartbeat from a worker the registry does not know (dropped, or met by an earlier
+        scheduler) registers nothing: only Hello does."""
+        reg = WorkerRegistry(5.0)
+        assert reg.heartbeat(b"w", wire.Heartbeat(role=wire.Role.VERIFIER, replica="0", ready=True, slots_used=0, slots_total=8), 1.0) is None
+        assert reg.all() == []
+        reg.hello(b"w", wire.Hello(role=wire.Role.VERIFIER, replica="0", pid=1, slots_total=8), 2.0)
+        assert reg.heartbeat(b"w", wire.Heartbeat(role=wire.Role.VERIFIER, replica="0", ready=True, slots_used=3, slots_total=8), 3.0).last_seen == 3.0

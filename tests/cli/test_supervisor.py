@@ -1,0 +1,43 @@
+"""Restart policy of ``treespec up``: backoff after crashes, crash-loop detection."""
+
+from __future__ import annotations
+
+from treespec.supervisor import RestartPolicy
+
+
+class TestRestartPolicy:
+    def test_backoff_doubles_for_quick_failures(self):
+        """A service that keeps dying right after start waits 0.5, 1, 2, ... s before each restart."""
+        pol = RestartPolicy(max_crashes=10, window_s=1000)
+        delays = [pol.on_exit("draft-0", started=t, now=t + 1) for t in (0, 10, 20, 30)]
+        assert delays == [0.5, 1.0, 2.0, 4.0]
+
+    def test_backoff_is_capped(self):
+        """The delay never exceeds max_delay_s."""
+        pol = RestartPolicy(max_crashes=100, window_s=1000, max_delay_s=3.0)
+        delays = [pol.on_exit("v", started=t, now=t + 1) for t in range(10)]
+        assert max(delays) == 3.0
+
+    def test_stable_run_resets_backoff(self):
+        """A service that ran stable_s seconds before dying restarts after the base delay again."""
+        pol = RestartPolicy(max_crashes=10, window_s=10)
+        pol.on_exit("s", 0, 1)
+        pol.on_exit("s", 2, 3)
+        assert pol.on_exit("s", 100, 200) == 0.5
+
+    def test_crash_loop_gives_up(self):
+        """max_crashes crashes inside window_s return None (give up); services are counted apart."""
+        pol = RestartPolicy(max_crashes=3, window_s=60)
+        assert pol.on_exit("draft-0", 0, 1) is not None
+        assert pol.on_exit("draft-0", 2, 3) is not None
+        assert pol.on_exit("verifier-0", 2, 3) is not None
+        assert pol.on_exit("draft-0", 4, 5) is None
+        assert pol.crashes("draft-0") == 3
+
+    def test_old_crashes_leave_the_window(self):
+        """Crashes older than window_s no longer count toward a crash loop."""
+        pol = RestartPolicy(max_crashes=3, window_s=60)
+        pol.on_exit("g", 0, 1)
+        pol.on_exit("g", 2, 3)
+        assert pol.on_exit("g", 200, 300) is not None
+        assert pol.crashes("g") == 1

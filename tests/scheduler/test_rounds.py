@@ -1,0 +1,93 @@
+"""RoundDriver under faults: degraded (no draft), waiting for a verifier, a refused sequence."""
+
+from __future__ import annotations
+
+from common import wire
+from common.config import Config
+from services.scheduler.core import SchedulerCore
+from services.scheduler.rounds import VERIFIER_WAIT_FACTOR, RoundDriver
+from services.scheduler.workers import WorkerRegistry
+
+DRAFT, VERIFIER, GW = b"d", b"v", b"gw"
+PARAMS = wire.SamplingParams(max_tokens=4, ignore_eos=True)
+
+
+class NullLog:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def driver(draft: bool, verifier: bool = True, timeout_s: float = 1.0) -> RoundDriver:
+    reg = WorkerRegistry(1e9)
+    if draft:
+        reg.hello(DRAFT, wire.Hello(role=wire.Role.DRAFT, replica="0", pid=1, slots_total=4, max_len=256), 0.0)
+    if verifier:
+        reg.hello(VERIFIER, wire.Hello(role=wire.Role.VERIFIER, replica="0", pid=2, slots_total=4, max_len=256), 0.0)
+    cfg = Config(tree_size=4, max_accept_length=4, max_model_len=160, heartbeat_timeout_s=timeout_s)
+    return RoundDriver(SchedulerCore(4, 16, 160, {99}), reg, cfg, NullLog(), 1e9)
+
+
+def deltas(outs, rid: str) -> list[wire.TokenDelta]:
+    return [m for _, m in outs if isinstance(m, wire.TokenDelta) and m.request_id == rid]
+
+
+class TestDegraded:
+    def test_no_draft_after_one_joined_decodes_plainly_and_counts(self):
+        """With no draft worker left (one had joined), requests are admitted and verified with empty
+        trees; each such step is counted in plain_steps."""
+        drv = driver(draft=False)
+        drv.had_draft = True
+        assert drv.ready() and drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS)) == []
+        (ident, step), = drv.start(0.0)
+        assert ident == VERIFIER and isinstance(step, wire.VerifyStep)
+        assert step.seqs[0].tree.tokens.shape == [0]
+        out = drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"r": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        assert deltas(out, "r")[0].tokens == [7] and drv.plain_steps == 1
+
+    def test_before_any_draft_joined_not_ready(self):
+        """At start-up (no draft ever joined) the scheduler is not ready and refuses with 503."""
+        drv = driver(draft=False)
+        (_, rej), = drv.submit(GW, wire.Submit(request_id="r", prompt=[1], params=PARAMS))
+        assert not drv.ready() and isinstance(rej, wire.Rejected) and rej.status == 503
+
+
+class TestNoVerifier:
+    def test_requests_wait_bounded_time_then_fail_cleanly(self):
+        """When the only verifier goes, running requests wait VERIFIER_WAIT_FACTOR heartbeat timeouts for
+        one to come back, then end with finish=error naming the cause."""
+        drv = driver(draft=True, timeout_s=1.0)
+        drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2], params=PARAMS))
+        drv.core.admit()
+        drv.worker_gone(drv.workers.drop(VERIFIER.hex()), 0.0, "test")
+        assert drv.start(10.0) == [] and drv.start(10.0 + VERIFIER_WAIT_FACTOR - 0.5) == []
+        final, = deltas(drv.start(10.0 + VERIFIER_WAIT_FACTOR + 0.5), "r")
+        assert final.finish == wire.FinishReason.ERROR and "no verifier" in final.error
+
+    def test_verifier_back_in_time_resumes(self):
+        """A verifier that rejoins within the wait gets the waiting requests (re-prefilled from 0)."""
+        drv = driver(draft=False)
+        drv.had_draft = True
+        drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2], params=PARAMS))
+        drv.workers.drop(VERIFIER.hex())
+        assert drv.start(0.0) == []
+        drv.workers.hello(VERIFIER, wire.Hello(role=wire.Role.VERIFIER, replica="0", pid=3, slots_total=4, max_len=256), 1.0)
+        (ident, step), = drv.start(2.0)
+        assert ident == VERIFIER and step.seqs[0].prefix_len == 0 and step.seqs[0].new_tokens == [1, 2]
+
+
+class TestRefusedSequence:
+    def test_failed_sequence_ends_alone_with_reason(self):
+        """A sequence the verifier reports failed ends with an error naming the reason; its batch
+        neighbour commits normally."""
+        drv = driver(draft=False)
+        drv.had_draft = True
+        for rid in ("a", "b"):
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2], params=PARAMS))
+        (_, step), = drv.start(0.0)
+        res = wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=5)}, failed={"b": "banned holds token id 1000000000"})
+        out = drv.on_verify(VERIFIER, res, 0.0)
+        (b,), (a,) = deltas(out, "b"), deltas(out, "a")
+        assert b.finish == wire.FinishReason.ERROR and "1000000000" in b.error
+        assert a.tokens == [5] and a.finish is None and "b" not in drv.core.running
+        frees = [m for i, m in out if isinstance(m, wire.Free) and i == VERIFIER]
+        assert any("b" in f.seq_ids for f in frees)
