@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import wire  # noqa: E402
 from common.tokenizer import load_tokenizer  # noqa: E402
+from common.control_keys import default_keys_dir
 from services.scheduler.client import SchedulerClient  # noqa: E402
 
 MAX_NEW = 64
@@ -60,7 +61,7 @@ def main() -> int:
     args = ap.parse_args()
     tok = load_tokenizer("qwen2.5-coder-1.5b")
     ids = [tok.encode(p) for p in prompts(4)]
-    client = SchedulerClient(args.address, name="demo")
+    client = SchedulerClient(args.address, str(default_keys_dir()), name="demo")
     client.wait_ready(300)
     (single,), t1 = run_batch(client, ids[:1], "one")
     four, t4 = run_batch(client, ids, "four")

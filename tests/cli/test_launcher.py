@@ -11,6 +11,7 @@ import time
 import pytest
 import psutil
 
+from common.control_keys import default_keys_dir
 from services.scheduler.client import SchedulerClient
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
@@ -39,7 +40,7 @@ class TestLauncher:
     def test_ready_then_sigterm_leaves_no_orphans(self, tmp_path):
         """`up` reports ready, writes one log per service, and SIGTERM stops every child."""
         proc, addr = _up(tmp_path)
-        client = SchedulerClient(addr, name="launcher-test")
+        client = SchedulerClient(addr, str(default_keys_dir()), name="launcher-test")  # `up`'s default keys
         client.wait_ready(120)
         client.close()
         children = psutil.Process(proc.pid).children(recursive=True)
