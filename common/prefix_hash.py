@@ -26,12 +26,3 @@ def block_keys(tokens: list[int], block_size: int, limit: int | None = None) -> 
         keys.append(key)
     return keys
 
-
-def common_blocks(a: list[int], b: list[int]) -> int:
-    """Length of the common leading run of two key lists (blocks of shared prefix)."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
