@@ -111,11 +111,15 @@ def _save_converted(target: Path, spec: ModelSpec, weights: dict, tok, source_sh
 def is_converted(path_or_name: str, dtype: str = "bfloat16", cache: str | None = None) -> bool:
     """Whether ``load_weights`` would load this model from its converted cache (no conversion).
 
-    Raises ValueError (unknown dtype) or FileNotFoundError (model file missing).
+    Raises ValueError (unknown dtype), FileNotFoundError (model file missing) or
+    IntegrityError (a packaged model that is not its pinned file).
     """
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
-    return _cache_dir_for(resolve(path_or_name, cache), dtype).exists()
+    path = resolve(path_or_name, cache)
+    digest = integrity.model_digest(path_or_name, path)
+    conv = _cache_dir_for(path, digest, dtype)
+    return conv.exists() and converted_problem(conv, digest) is None
 
 
 def load_weights(path_or_name: str, dtype: str = "bfloat16", cache: str | None = None):

@@ -27,13 +27,16 @@ class TestConvert:
         assert "unknown dtype 'int3'" in capsys.readouterr().err
 
     def test_converted_model_is_not_reloaded(self, tmp_path, capsys, monkeypatch):
-        """A model whose converted cache exists is reported present without loading it."""
+        """A model whose converted cache exists (and passes its checks) is reported present
+        without loading it."""
+        from common import integrity
         from common.modeling import loader
         model = PACKAGED["qwen2.5-coder-0.5b"]
         (tmp_path / model.filename).write_bytes(b"gguf")
-        st = (tmp_path / model.filename).stat()
-        stem = model.filename.removesuffix(".gguf")
-        (tmp_path / ".converted" / f"{stem}-{st.st_size}-{int(st.st_mtime)}-bfloat16").mkdir(parents=True)
+        digest = "ab" * 32  # stands for the verified file's SHA256 (the real check is in test_integrity)
+        monkeypatch.setattr(integrity, "model_digest", lambda name, path: digest)
+        monkeypatch.setattr(loader, "converted_problem", lambda conv, sha: None)
+        loader._cache_dir_for(tmp_path / model.filename, digest, "bfloat16").mkdir(parents=True)
         monkeypatch.setattr(loader, "load_weights", lambda *a: (_ for _ in ()).throw(AssertionError("loaded")))
         assert models_cmd.convert([model], tmp_path, "bfloat16") == 0
         assert "converted cache present" in capsys.readouterr().out
