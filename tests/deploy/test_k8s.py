@@ -103,7 +103,7 @@ class TestRender:
     @pytest.mark.parametrize("overlay", OVERLAYS)
     def test_with_curve_component(self, overlay, tmp_path):
         """With generated CURVE keys, adding components/curve mounts Secret treespec-curve in
-        every Deployment (authorized/ included) and the result still validates."""
+        every Deployment (one key pair per role, each role's public key under authorized/) and the result still validates."""
         from common.transport import ensure_curve_keys
         shutil.copytree(K8S, tmp_path / "k8s")
         ensure_curve_keys(str(tmp_path / "k8s" / "components" / "curve" / "secrets"))
@@ -115,11 +115,14 @@ class TestRender:
         for obj in objs:
             validate(obj)
         (secret,) = find(objs, "Secret", "treespec-curve")
-        assert set(secret["data"]) == {"server.key", "server.key_secret", "client.key", "client.key_secret"}
+        roles = ("gateway", "draft", "verifier", "admin")
+        assert set(secret["data"]) == {"server.key", "server.key_secret"} | {
+            f"{r}.key{s}" for r in roles for s in ("", "_secret")}
         for d in find(objs, "Deployment"):
             assert env(containers(d)[0])["TREESPEC_CURVE_DIR"] == "/etc/treespec/curve"
             vol = next(v for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == "curve")
-            assert {"key": "client.key", "path": "authorized/client.key"} in vol["secret"]["items"]
+            for r in roles:
+                assert {"key": f"{r}.key", "path": f"authorized/{r}.key"} in vol["secret"]["items"]
 
     def test_validation_can_fail(self):
         """An unknown field in a Deployment and a bad ScaledObject are rejected."""

@@ -63,13 +63,13 @@ class TestIsolation:
         the others are committed exactly once (their next step continues from the right prefix)."""
         clean_runner = VerifierRunner(tiny_main, 4, 64)
         clean = clean_runner.step(wire.VerifyStep(round=1, seqs=[entry("a"), entry("c")]))
-        accept = VerifierRunner._accept
+        accept = VerifierRunner._draw
 
         def flaky(self, s, tree, lg):
             if s.seq_id == "b":
                 raise RuntimeError("device assert")
             return accept(self, s, tree, lg)
-        monkeypatch.setattr(VerifierRunner, "_accept", flaky)
+        monkeypatch.setattr(VerifierRunner, "_draw", flaky)
         res = runner.step(wire.VerifyStep(round=1, seqs=[entry("a"), entry("b"), entry("c")]))
         assert set(res.failed) == {"b"} and "device assert" in res.failed["b"]
         assert res.outs == clean.outs
