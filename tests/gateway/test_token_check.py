@@ -13,9 +13,11 @@ POISON = {"prompt": "x", "max_tokens": 5, "min_tokens": 1, "stop_token_ids": [10
 
 
 class TestCheckTokenFields:
-    @pytest.mark.parametrize("ids", [[1000000000], [-1], [3, 1 << 40]])
+    @pytest.mark.parametrize("ids", [[1000000000], [1000], [3, 5000]])
     def test_out_of_vocab_stop_ids_rejected(self, ids):
-        """Any stop_token_ids entry outside 0..vocab-1 raises ApiError(400, param='stop_token_ids')."""
+        """Any stop_token_ids entry at or past the vocabulary size raises ApiError(400,
+        param='stop_token_ids'); negative and over-32-bit ids are already refused by request
+        parsing (tests/gateway/test_protocol_edges.py)."""
         req = CompletionRequest(prompt="x", stop_token_ids=ids)
         with pytest.raises(ApiError) as err:
             check_token_fields(req, vocab_size=1000)
