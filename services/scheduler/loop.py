@@ -33,7 +33,6 @@ from services.scheduler.workers import WorkerRegistry
 STATS_INTERVAL_S = 1.0
 IDLE_WAIT_S = 0.05  # longest sleep between housekeeping passes (expiry, deadlines)
 STEP_TIMEOUT_FACTOR = 12  # a step reply may take this many heartbeat timeouts
-MAX_TREE = 1024  # largest draft tree a worker may return under tree_size auto (config bound)
 GATEWAY_FORGET_FACTOR = 3  # stop sending Stats to a gateway silent this many heartbeat timeouts
 
 
@@ -150,7 +149,8 @@ class SchedulerLoop:
         if isinstance(msg, wire.VerifyResult) and rnd is not None and rnd.number == msg.round:
             return replies.verify_problem(msg, rnd.trees, self.vocab)
         if isinstance(msg, wire.DraftResult):
-            size = self.cfg.tree_size if isinstance(self.cfg.tree_size, int) else MAX_TREE
+            budget = self.driver.policy.budget  # a look-ahead (guess) tree may be larger than a round's
+            size = budget.guess_shape(budget.max_nodes, 1)[0] if msg.guess else budget.max_nodes
             return replies.draft_problem(msg, {sid: size for sid in msg.trees}, self.vocab)
         return None
 
