@@ -46,14 +46,14 @@ def pair(tiny_main, tiny_noisy_draft):
 
 
 class TestPrefixReuseIdentical:
-    @pytest.mark.parametrize("shared", [43, 40], ids=["mid-block", "block-boundary"])
-    def test_shared_prefix(self, pair, shared):
+    @pytest.mark.parametrize("common_len", [43, 40], ids=["mid-block", "block-boundary"])
+    def test_shared_prefix(self, pair, common_len):
         """Prompts sharing a prefix that ends mid-block or exactly at a block boundary give the
         same outputs with the cache on as off, and the second reuses every shared full block."""
-        prompts = [SYSTEM[:shared] + [11, 12, 13], SYSTEM[:shared] + [500, 600, 700, 800]]
+        prompts = [SYSTEM[:common_len] + [11, 12, 13], SYSTEM[:common_len] + [500, 600, 700, 800]]
         off, on = pair
         assert _sequential(on, prompts) == _sequential(off, prompts)
-        assert _hits(on) == (shared // B * B, shared // B * B)
+        assert _hits(on) == (common_len // B * B, common_len // B * B)
 
     def test_prompt_is_prefix_of_cached(self, pair):
         """A prompt that is a prefix of a finished sequence's tokens (its prompt + output) reuses
