@@ -22,13 +22,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base-url", default="http://127.0.0.1:18400/v1")
     ap.add_argument("--label", default="")
+    ap.add_argument("--temperature", type=float, default=BODY["temperature"])
     args = ap.parse_args()
+    body = {**BODY, "temperature": args.temperature}
     client = openai.OpenAI(base_url=args.base_url, api_key="none", max_retries=0, timeout=3000)
-    send = lambda _: client.completions.create(**BODY).choices[0].text
+    send = lambda _: client.completions.create(**body).choices[0].text
     alone = send(0)
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(send, range(4)))
-    print(json.dumps({"label": args.label, "alone": alone, "concurrent": together,
+    print(json.dumps({"label": args.label, "body": body, "alone": alone, "concurrent": together,
                       "all_equal": len(set([alone] + together)) == 1}))
 
 

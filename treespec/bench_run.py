@@ -58,7 +58,8 @@ def run_one(engine, rid: str, prompt: list[int], max_new: int, gaps: bool, ignor
         for lp in delta.logprobs or []:
             run.gaps.append(lp.top[0][1] - lp.top[1][1] if len(lp.top) > 1 else float("inf"))
     run.seconds = time.perf_counter() - t0
-    run.committed = engine.stats.committed[start_round:]
+    # Decode rounds only: the first round is the prefill, which commits the first token alone.
+    run.committed = engine.stats.committed[start_round + 1:]
     return run
 
 

@@ -63,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             shown = text
     secs = time.perf_counter() - t0
-    rounds = engine.stats.committed
+    rounds = engine.stats.committed[1:]  # decode rounds (the first, the prefill, commits one token)
     mal = sum(rounds) / max(len(rounds), 1)
     print(f"\n--- {len(out)} tokens in {secs:.2f} s: {len(out) / secs:.2f} tokens/s, "
-          f"mean accepted length {mal:.2f} over {len(rounds)} verification steps "
+          f"mean accepted length {mal:.2f} over {len(rounds)} decode verification steps "
           f"(tree_size={engine.tree_size})", file=sys.stderr)
     return 0

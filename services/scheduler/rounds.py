@@ -44,6 +44,10 @@ class Round:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     guessed: int = 0  # sequences whose tree came from the overlap look-ahead (no draft step)
+    # Sequences whose verifier holds nothing yet: their first token comes from the main model's
+    # prefill alone (empty tree), so the draft's prefill and tree stay off the time to first token;
+    # the draft catches up (prefills) in the next round.
+    prefill: set[str] = field(default_factory=set)
 
 
 class RoundDriver:
@@ -178,9 +182,12 @@ class RoundDriver:
                     seq_ids=[s.request_id for s in seqs], draft_held={s.request_id: s.draft.held for s in seqs},
                     trees=guessed, guessed=len(guessed))
         self.current = rnd
+        if not self.cfg.speculate_first_token:
+            rnd.prefill = {s.request_id for s in seqs if s.verifier.held == 0}
         groups: dict[str, list[wire.DraftSeq]] = {}
         for s in seqs:
-            w = self._place(s, wire.Role.DRAFT) if size > 0 and s.request_id not in guessed else None
+            drafted = size > 0 and s.request_id not in guessed and s.request_id not in rnd.prefill
+            w = self._place(s, wire.Role.DRAFT) if drafted else None
             if w is not None:
                 groups.setdefault(w.key, []).append(self.core.draft_seq(s, size, depth))
         out = []
@@ -293,7 +300,8 @@ class RoundDriver:
                 seq.draft.rolled_back(rnd.draft_held[sid])
                 continue
             tree = rnd.trees.get(sid, EMPTY_TREE)
-            self.plain_steps += int(self.speculative and self.shape[0] > 0 and sid not in rnd.trees)
+            degraded = self.speculative and self.shape[0] > 0 and sid not in rnd.trees and sid not in rnd.prefill
+            self.plain_steps += int(degraded)
             self.policy.observe(wire.tree_from_wire(tree), rnd.outs[sid].accepted)
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)

@@ -48,10 +48,12 @@ class Spy:
         self.runner.free(seq_ids)
 
 
-def make_engine(main, draft, tree_size, max_depth, slots=4, overlap="off"):
-    """The in-process engine (the service's round driver) over tiny runners."""
+def make_engine(main, draft, tree_size, max_depth, slots=4, overlap="off", first=False):
+    """The in-process engine (the service's round driver) over tiny runners; ``first``
+    drafts a tree in the first round too (``speculate_first_token``)."""
     core = SchedulerCore(slots, 256, MAX_MODEL_LEN, {EOS})
-    cfg = Config(tree_size=tree_size, max_accept_length=max_depth, overlap=overlap, max_model_len=MAX_MODEL_LEN)
+    cfg = Config(tree_size=tree_size, max_accept_length=max_depth, overlap=overlap, max_model_len=MAX_MODEL_LEN,
+                 speculate_first_token=first)
     return LocalEngine(cfg, core, VerifierRunner(main, slots, MAX_LEN),
                        DraftRunner(draft, slots, MAX_LEN) if draft is not None else None)
 
@@ -175,7 +177,7 @@ class TestSamplingLossless:
         were actually accepted along the way."""
         prompt = PROMPTS["p9"]
         exact = _exact_tokens(tiny_main, prompt, num_tokens, 0.9, kw)
-        eng = make_engine(tiny_main, tiny_noisy_draft, tree_size, max_depth, slots=64)
+        eng = make_engine(tiny_main, tiny_noisy_draft, tree_size, max_depth, slots=64, first=True)
         params = {i: wire.SamplingParams(max_tokens=num_tokens, temperature=0.9, seed=i, **kw) for i in range(n)}
         out = run_all(eng, {f"r{i}": (prompt, p) for i, p in params.items()})
         counts: dict = {}

@@ -87,8 +87,10 @@ class Harness:
     """A RoundDriver wired to a draft and a verifier runner; ``run`` delivers messages from
     per-worker FIFO queues picked at random, and results straight back to the driver."""
 
-    def __init__(self, main, draft, overlap: str, seed: int, tree_size: int = 16) -> None:
-        cfg = Config(tree_size=tree_size, max_accept_length=5, overlap=overlap, max_model_len=160)
+    def __init__(self, main, draft, overlap: str, seed: int, tree_size: int = 16, first: bool = True) -> None:
+        # ``first``: draft in the first round too, so every round exercises the draft path.
+        cfg = Config(tree_size=tree_size, max_accept_length=5, overlap=overlap, max_model_len=160,
+                     speculate_first_token=first)
         self.core = SchedulerCore(4, 16, 160, {EOS})
         reg = WorkerRegistry(1e9)
         reg.hello(DRAFT, wire.Hello(role=wire.Role.DRAFT, replica="0", pid=1, slots_total=4, max_len=256,

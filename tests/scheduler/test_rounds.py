@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from common import wire
 from common.config import Config
 from services.scheduler.core import SchedulerCore
@@ -42,7 +44,33 @@ class TestDegraded:
         assert ident == VERIFIER and isinstance(step, wire.VerifyStep)
         assert step.seqs[0].tree.tokens.shape == [0]
         out = drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"r": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
-        assert deltas(out, "r")[0].tokens == [7] and drv.plain_steps == 1
+        assert deltas(out, "r")[0].tokens == [7] and drv.plain_steps == 0  # the prefill round is plain anyway
+        (_, step), = drv.start(0.0)
+        out = drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"r": wire.VerifyOut(accepted=[], bonus=8)}), 0.0)
+        assert deltas(out, "r")[0].tokens == [8] and drv.plain_steps == 1
+
+
+class TestPrefillRound:
+    def test_first_token_comes_from_the_main_model_alone(self):
+        """A new sequence's first round goes to the verifier with an empty tree (the draft's
+        prefill stays out of the time to first token); the next round's draft step carries the
+        prompt and the first token, so the draft catches up."""
+        drv = driver(draft=True)
+        drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS))
+        (ident, step), = drv.start(0.0)
+        assert ident == VERIFIER and step.seqs[0].tree.tokens.shape == [0] and step.seqs[0].new_tokens == [1, 2, 3]
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"r": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        (ident, step), = drv.start(0.0)
+        assert ident == DRAFT and isinstance(step, wire.DraftStep)
+        assert step.seqs[0].prefix_len == 0 and step.seqs[0].new_tokens == [1, 2, 3, 7] and drv.plain_steps == 0
+
+    def test_speculate_first_token_drafts_in_round_one(self):
+        """With ``speculate_first_token`` the first round starts with a draft step."""
+        drv = driver(draft=True)
+        drv.cfg = dataclasses.replace(drv.cfg, speculate_first_token=True)
+        drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS))
+        (ident, step), = drv.start(0.0)
+        assert ident == DRAFT and isinstance(step, wire.DraftStep)
 
     def test_before_any_draft_joined_not_ready(self):
         """At start-up (no draft ever joined) the scheduler is not ready and refuses with 503."""
