@@ -11,7 +11,7 @@
 # `down -v`. Prints the time of every step.
 #
 # Environment: SMOKE_PORT (gateway host port, 18200), SMOKE_PROJECT (treespec-smoke),
-# SMOKE_MAX_TOKENS (64), SMOKE_TREE_SIZE (16), SMOKE_SEED_CACHE (a directory of already fetched *.gguf files to
+# SMOKE_MAX_TOKENS (64), SMOKE_TREE_SIZE (16), SMOKE_DTYPE (float32), SMOKE_SEED_CACHE (a directory of already fetched *.gguf files to
 # copy into the volume instead of downloading; default ~/.cache/treespec/models if present,
 # "none" to download), TORCH_INDEX_URL (see compose.cpu.yaml).
 set -euo pipefail
@@ -24,6 +24,10 @@ export TREESPEC_BIND_ADDRESS=127.0.0.1
 # A fixed tree size skips the workers' start-up cost calibration (tree_size = auto), which
 # takes minutes on a small, shared CPU; greedy output does not depend on it.
 export TREESPEC_TREE_SIZE=${SMOKE_TREE_SIZE:-16}
+# float32: greedy text is then identical token for token whether a round verified a draft tree
+# or (draft killed) decoded plainly; in bfloat16 the two round differently and a near-tie can
+# flip (BENCHMARKS.md, "greedy divergences"). SMOKE_DTYPE=bfloat16 runs the default dtype.
+export TREESPEC_DTYPE=${SMOKE_DTYPE:-float32}
 MAX_TOKENS=${SMOKE_MAX_TOKENS:-64}
 URL=http://127.0.0.1:$TREESPEC_GATEWAY_PORT
 PROMPT="Write a Python function that returns the n-th Fibonacci number iteratively."
