@@ -39,7 +39,7 @@ class Config:
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none
-    main_quantization: str = "none"  # none | int8 | int4: weight-only main model (CPU); speculation is lossless w.r.t. it
+    main_quantization: str = "none"  # none | int8 | int4: weight-only main model (CPU); lossless w.r.t. it
     overlap: str = AUTO  # draft/verify overlap: auto (on when draft and verifier have separate accelerators) | on | off
     host: str = "127.0.0.1"  # where the gateway's HTTP port and every service's probe port listen
     port: int = 8000

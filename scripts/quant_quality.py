@@ -90,9 +90,11 @@ def summary(records: list[dict], scheme: str, weights: dict) -> dict:
     rs = [r[scheme] for r in records]
     mean = lambda key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
     layers = weight_bytes({k: v for k, v in weights.items() if k.startswith("layers.")})
-    return {"weight_bytes": weight_bytes(weights), "layer_weight_bytes": layers, "decode_tok_s": mean("decode_tok_s"), "ttft_s": mean("ttft_s"),
-            "first_divergence_mean": mean("first_divergence"), "identical_prompts": sum(
-                r["first_divergence"] == len(r["tokens"]) for r in rs), "forced_agreement": mean("forced_agreement")}
+    identical = sum(r["first_divergence"] == len(r["tokens"]) for r in rs)
+    return {"weight_bytes": weight_bytes(weights), "layer_weight_bytes": layers,
+            "decode_tok_s": mean("decode_tok_s"), "ttft_s": mean("ttft_s"),
+            "first_divergence_mean": mean("first_divergence"), "identical_prompts": identical,
+            "forced_agreement": mean("forced_agreement")}
 
 
 def write_json(path: str, data: dict) -> None:
