@@ -20,6 +20,7 @@ FLAG_KEYS = {  # flag dest -> config key
     "log_level": "log_level",
     "device": "device",
     "dtype": "dtype",
+    "main_quantization": "main_quantization",
 }
 
 
@@ -35,6 +36,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", help="debug | info | warning | error")
     parser.add_argument("--device", help="cpu | cuda | cuda:N")
     parser.add_argument("--dtype", help="float32 | bfloat16 | float16")
+    parser.add_argument("--main-quantization", help="none | int8 | int4: weight-only main model (CPU)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any other config key (repeatable)")
 

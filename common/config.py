@@ -38,7 +38,8 @@ class Config:
     dtype: str = "bfloat16"  # float32 | bfloat16 | float16
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
-    draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none; the main model is never quantized
+    draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none
+    main_quantization: str = "none"  # none | int8 | int4: weight-only main model (CPU); lossless w.r.t. it
     # Draft a tree in a sequence's first round too. Off (default): the first token comes from the
     # main model's prefill alone, so the draft's prefill is not in the time to first token.
     speculate_first_token: bool = False
@@ -101,6 +102,7 @@ def _validate(cfg: Config) -> None:
         "prefix_cache_block_size": 1 <= cfg.prefix_cache_block_size <= 1024,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
         "draft_quantization": cfg.draft_quantization in ("int4", "none"),
+        "main_quantization": cfg.main_quantization in ("none", "int8", "int4"),
         "overlap": cfg.overlap in (AUTO, "on", "off"),
         "draft_replicas": cfg.draft_replicas >= 1,
         "verifier_replicas": cfg.verifier_replicas >= 1,
@@ -114,6 +116,21 @@ def _validate(cfg: Config) -> None:
     for key, ok in checks.items():
         if not ok:
             raise ConfigError(f"invalid value for {key}: {getattr(cfg, key)!r}")
+    _validate_main_quantization(cfg)
+
+
+def _validate_main_quantization(cfg: Config) -> None:
+    """A quantized main model runs on torch's CPU weight-only kernels and one verifier rank."""
+    q = cfg.main_quantization
+    if q == "none":
+        return
+    if cfg.device != "cpu":
+        raise ConfigError(f"main_quantization={q} needs device=cpu (torch's CPU weight-only kernels), "
+                          f"got device={cfg.device!r}; use main_quantization=none on accelerators")
+    if cfg.tensor_parallel_size > 1:
+        raise ConfigError(f"main_quantization={q} cannot be combined with tensor_parallel_size="
+                          f"{cfg.tensor_parallel_size} (quantized weights are not sharded); "
+                          "set one of them to none / 1")
 
 
 def _coerce(key: str, value: Any) -> Any:

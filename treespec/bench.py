@@ -38,6 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--model-path", default=None)
     a("--draft-model-path", default=None)
     a("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    a("--main-quantization", default=None, choices=["none", "int8", "int4"], help="weight-only main model (CPU)")
     a("--device", default=None)
 
 
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     from treespec.bench_data import load_prompts
     try:
         cfg = load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
-                                        "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device})
+                                        "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device,
+                                        "main_quantization": args.main_quantization})
         prompts = load_prompts(args.dataset, args.limit)
         sizes, conc = _ints(args.tree_sizes), _ints(args.concurrency)
         baselines = [b for b in args.baseline.split(",") if b]

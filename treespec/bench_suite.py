@@ -57,7 +57,7 @@ class Suite:
                 "tree_size": "auto" if self.auto else self.tree[0], "max_accept_length": self.cfg.max_accept_length,
                 "cost_curves_ms": {"verify": self.costs[0].points,
                                    "draft": self.costs[1].points} if self.costs else None,
-                "draft_quantization": self.cfg.draft_quantization,
+                "draft_quantization": self.cfg.draft_quantization, "main_quantization": self.cfg.main_quantization,
                 "draft_vocab_size": self.cfg.draft_vocab_size, "max_new_tokens": self.max_new,
                 "prompts": len(self.prompts), "torch_threads": torch.get_num_threads(),
                 "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

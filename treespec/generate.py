@@ -23,6 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", default=None, help="main model (packaged name, GGUF file or HF dir)")
     parser.add_argument("--draft-model-path", default=None)
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--main-quantization", default=None, choices=["none", "int8", "int4"],
+                        help="weight-only quantized main model (CPU); default from config: none")
     parser.add_argument("--device", default=None)
 
 
@@ -44,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, {
             "main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
-            "tree_size": 0 if args.no_spec else args.tree_size, "dtype": args.dtype, "device": args.device})
+            "tree_size": 0 if args.no_spec else args.tree_size, "dtype": args.dtype, "device": args.device,
+            "main_quantization": args.main_quantization})
         engine, tok = build_local_engine(cfg, slots=1)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"treespec generate: {exc}", file=sys.stderr)

@@ -12,7 +12,7 @@ from common.tokenizer import END_MARKERS
 from common.modeling.grammar import GrammarMasks
 from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES
 from common.modeling.model import DecoderModel
-from common.modeling.quant import quantize_weights
+from common.modeling.quant import quantize_main_weights, quantize_weights, weight_bytes
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,15 @@ def _special_ids(tok, vocab: int) -> list[int]:
 
 
 def main_model(cfg: Config) -> tuple[DecoderModel, object]:
-    """The main (target) model, never quantized."""
+    """The main (target) model. ``main_quantization`` int8 / int4 replaces its layer
+    projection matrices by weight-only quantized ones (``quant.quantize_main_weights``;
+    activations and KV cache keep ``dtype``): the served model is then that quantized
+    model, and speculation is lossless with respect to it."""
     spec, weights, tok = load_weights(cfg.main_model_path, cfg.dtype)
-    weights = {k: v.to(cfg.device) for k, v in weights.items()}
+    if cfg.main_quantization != "none":
+        weights = quantize_main_weights(weights, cfg.main_quantization, DTYPES[cfg.dtype])
+        log.info("main model weights: %s, %.2f GB", cfg.main_quantization, weight_bytes(weights) / 1e9)
+    weights = {k: v.to(cfg.device) for k, v in weights.items()}  # tensors and quantized weights
     return DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device), tok
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from common.modeling.attention import tree_attention
 from common.modeling.kv_cache import KVCache
-from common.modeling.quant import Int4Weight
+from common.modeling.quant import Int4Weight, Int8Weight
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,12 @@ class ModelSpec:
             max_positions=getattr(cfg, "max_position_embeddings", 32768))
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor | Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias``; ``weight`` is a dense ``[N, K]`` tensor or an
-    :class:`~common.modeling.quant.Int4Weight` from ``quant.quantize_weights``."""
-    if isinstance(weight, Int4Weight):
+def linear(x: torch.Tensor, weight: torch.Tensor | Int4Weight | Int8Weight,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias``; ``weight`` is a dense ``[N, K]`` tensor or a quantized
+    weight (:class:`~common.modeling.quant.Int4Weight` / ``Int8Weight``, from
+    ``quant.quantize_weights`` / ``quant.quantize_main_weights``) that computes it itself."""
+    if isinstance(weight, (Int4Weight, Int8Weight)):
         return weight.linear(x, bias)
     return F.linear(x, weight, bias)
 

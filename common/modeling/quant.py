@@ -1,11 +1,20 @@
-"""Weight-only int4 quantization for the draft model (CPU kernel).
+"""Weight-only int4 / int8 quantization of projection matrices (torch's CPU kernels).
 
-The draft is memory-bandwidth bound on CPU (each step streams all its weights), so
-4-bit weights make a draft step ~3x cheaper. Speculation stays lossless: only the
-*draft* is quantized; the main model that decides every token is untouched.
-Scheme: asymmetric, per group of ``GROUP`` input channels (as in GPTQ/AWQ and gpt-fast's
-int4 path): ``w ~= q * scale + min`` with ``q`` in 0..15, packed by
-``torch.ops.aten._convert_weight_to_int4pack_for_cpu``.
+A decode step on CPU is memory-bandwidth bound (each step streams all weights), so 4- or
+8-bit weights make it cheaper. The draft uses int4 (``draft_quantization``); the main
+model may use int8 or int4 (``main_quantization``). Speculation stays lossless with
+respect to the *served* model: with a quantized main model every token is decided by that
+quantized model, so greedy output equals its own plain decoding (not the bf16 model's).
+
+Schemes (weight-only; activations and the KV cache keep the model dtype):
+
+- int4: asymmetric, per group of ``GROUP`` input channels (as in GPTQ/AWQ and gpt-fast's
+  int4 path): ``w ~= q * scale + min`` with ``q`` in 0..15, packed by
+  ``torch.ops.aten._convert_weight_to_int4pack_for_cpu``.
+- int8: symmetric, one scale per output channel (gpt-fast's ``WeightOnlyInt8QuantHandler``;
+  LLM.int8()'s vector-wise quantization, Dettmers et al. 2022, without its outlier
+  decomposition): ``w ~= q * scale``, ``q`` in -127..127, ``scale = max|w_row| / 127``,
+  multiplied by ``torch.ops.aten._weight_int8pack_mm``.
 """
 
 from __future__ import annotations
@@ -18,29 +27,33 @@ import torch.nn.functional as F
 GROUP = 64  # input channels per scale/zero pair
 INNER_K_TILES = 2  # packing layout expected by the CPU int4 kernel
 INT4_MAX_ROWS = 16  # rows up to which the int4 kernel beats bf16 here (measured: equal at 16)
+INT8_MAX_ROWS = 16  # above: int8 -> dtype cast + dense GEMM (measured: int8 kernel 2x slower at 64 rows)
+MAIN_SCHEMES = ("none", "int8", "int4")
 
 
 def int4_supported(weight: torch.Tensor) -> bool:
-    """True when ``weight`` ([N, K]) can use the CPU int4 kernel (K % GROUP == 0, N % 8 == 0)."""
+    """True when ``weight`` ([N, K]) can use the CPU int4 kernel (K % GROUP == 0, N % 16 == 0)."""
     n, k = weight.shape
-    return weight.device.type == "cpu" and k % GROUP == 0 and n % 8 == 0
+    return weight.device.type == "cpu" and k % GROUP == 0 and n % 16 == 0
 
 
-def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize ``weight`` ``[N, K]`` -> (packed weight, scales_and_zeros ``[K/GROUP, N, 2]`` bf16)."""
+def quantize_int4(weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``weight`` ``[N, K]`` -> (packed weight, scales_and_zeros ``[K/GROUP, N, 2]``
+    in ``dtype``, which must be the activations' dtype: the kernel takes bf16, fp16 or fp32)."""
     n, k = weight.shape
     w = weight.float().reshape(n, k // GROUP, GROUP)
     lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
     scale = ((hi - lo) / 15).clamp(min=1e-6)
     q = ((w - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
     zero = lo + scale * 8  # the kernel computes (q - 8) * scale + zero
-    sz = torch.cat([scale, zero], dim=-1).permute(1, 0, 2).contiguous().to(torch.bfloat16)
+    sz = torch.cat([scale, zero], dim=-1).permute(1, 0, 2).contiguous().to(dtype)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INNER_K_TILES)
     return packed, sz
 
 
 def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
-    """``x`` ``[..., K]`` bf16 times a packed int4 ``[N, K]`` weight -> ``[..., N]`` bf16."""
+    """``x`` ``[..., K]`` times a packed int4 ``[N, K]`` weight -> ``[..., N]`` (x's dtype,
+    which must be ``scales_zeros``'s)."""
     shape = x.shape
     y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, shape[-1]), packed, GROUP, scales_zeros)
     return y.reshape(*shape[:-1], y.shape[-1])
@@ -70,6 +83,55 @@ class Int4Weight:
         dense = None if self.dense is None else self.dense.to(device)
         return Int4Weight(self.packed.to(device), self.scales_zeros.to(device), dense)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (packed weight, scales/zeros and the dense copy if kept)."""
+        return sum(t.nbytes for t in (self.packed, self.scales_zeros, self.dense) if t is not None)
+
+
+def quantize_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: ``weight`` ``[N, K]`` -> (``q`` ``[N, K]`` int8 in
+    -127..127, ``scales`` ``[N]`` in ``dtype``) with ``weight ~= q * scales[:, None]``."""
+    w = weight.float()
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-8)  # [N]
+    q = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
+    return q, scale.to(dtype)
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """A ``[N, K]`` projection matrix as int8 ``q`` ``[N, K]`` and per-row ``scales`` ``[N]``
+    (the activations' dtype); it computes ``y = (x @ q.T) * scales``.
+
+    Up to ``INT8_MAX_ROWS`` rows (decode, tree verification) on CPU: torch's
+    ``_weight_int8pack_mm`` kernel (it streams 1 byte per weight). More rows (prefill,
+    compute bound), or another device: ``q`` is cast to the activations' dtype (exact:
+    int8 values are representable in bf16/fp16/fp32) for a dense GEMM and the output is
+    scaled, the same product without a dense copy in memory."""
+
+    q: torch.Tensor
+    scales: torch.Tensor
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W.T + bias``: ``x`` ``[..., K]`` (``scales``'s dtype) -> ``[..., N]``."""
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])  # [M, K]
+        if x.device.type == "cpu" and 0 < x2.shape[0] <= INT8_MAX_ROWS:
+            y = torch.ops.aten._weight_int8pack_mm(x2, self.q, self.scales)
+        else:
+            y = F.linear(x2, self.q.to(x.dtype)) * self.scales
+        y = y.reshape(*shape[:-1], y.shape[-1])
+        return y if bias is None else y + bias
+
+    def to(self, device) -> "Int8Weight":
+        """The same weight on ``device``."""
+        return Int8Weight(self.q.to(device), self.scales.to(device))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (int8 weight plus scales)."""
+        return self.q.nbytes + self.scales.nbytes
+
 
 def quantize_weights(weights: dict[str, torch.Tensor], keep_dense: bool = False) -> dict[str, object]:
     """Replace every projection matrix ``*.weight`` that the kernel supports with an
@@ -86,3 +148,37 @@ def quantize_weights(weights: dict[str, torch.Tensor], keep_dense: bool = False)
         else:
             out[name] = t
     return out
+
+
+def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: torch.dtype) -> dict[str, object]:
+    """The main model's weights with every layer projection matrix (``*.weight``, 2-D)
+    quantized by ``scheme`` (``int8`` -> :class:`Int8Weight`, ``int4`` ->
+    :class:`Int4Weight` without a dense copy, where the kernel supports the shape);
+    embeddings, norms, biases and the LM head stay in ``dtype``. Scales are kept in
+    ``dtype`` (the activations' dtype). ``none`` returns ``weights`` unchanged.
+    Raises ValueError for an unknown scheme."""
+    if scheme not in MAIN_SCHEMES:
+        raise ValueError(f"main_quantization must be one of {', '.join(MAIN_SCHEMES)}, got {scheme!r}")
+    if scheme == "none":
+        return weights
+    out: dict[str, object] = {}
+    for name, t in weights.items():
+        if not (name.endswith(".weight") and t.dim() == 2):
+            out[name] = t
+        elif scheme == "int8":
+            out[name] = Int8Weight(*quantize_int8(t, dtype))
+        else:
+            out[name] = Int4Weight(*quantize_int4(t, dtype)) if int4_supported(t) else t
+    return out
+
+
+def weight_bytes(weights: dict[str, object]) -> int:
+    """Bytes held by a weights dict (tensors and quantized weights; a tied LM head that
+    shares the embedding's storage is counted once)."""
+    seen, total = set(), 0
+    for w in weights.values():
+        key = w.data_ptr() if isinstance(w, torch.Tensor) else id(w)
+        if key not in seen:
+            seen.add(key)
+            total += w.nbytes
+    return total

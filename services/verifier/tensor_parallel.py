@@ -31,7 +31,7 @@ import torch.multiprocessing as mp
 from common import wire
 from common.modeling.loader import DTYPES, load_weights
 from common.modeling.model import DecoderModel, ModelSpec
-from common.modeling.quant import Int4Weight
+from common.modeling.quant import Int4Weight, Int8Weight
 from services.verifier.runner import VerifierRunner
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def shard_weights(weights: dict[str, torch.Tensor], spec: ModelSpec, rank: int, 
     separately and re-fused; ``gate_up`` ``[2I, H]``: gate rows and up rows each sliced;
     ``o`` ``[H, heads * D]`` and ``down`` ``[H, I]``: input columns sliced. Raises
     ValueError when heads, KV heads or the intermediate size do not divide by ``world``,
-    or when weights are int4-packed.
+    or when weights are quantized.
     """
     for name, n in (("num_heads", spec.num_heads), ("num_kv_heads", spec.num_kv_heads),
                     ("intermediate_size", spec.intermediate_size)):
@@ -62,8 +62,8 @@ def shard_weights(weights: dict[str, torch.Tensor], spec: ModelSpec, rank: int, 
 
 
 def _shard_one(name: str, w, spec: ModelSpec, rank: int, world: int) -> torch.Tensor:
-    if isinstance(w, Int4Weight):
-        raise ValueError(f"{name}: int4-quantized weights cannot be sharded")
+    if isinstance(w, (Int4Weight, Int8Weight)):
+        raise ValueError(f"{name}: quantized weights cannot be sharded")
     if name.endswith((".qkv.weight", ".qkv.bias")):
         d = spec.head_dim
         parts = w.split([spec.num_heads * d, spec.num_kv_heads * d, spec.num_kv_heads * d])

@@ -65,3 +65,26 @@ class TestPrefixCacheKeys:
         """A block size of 0 is refused, naming the key."""
         with pytest.raises(ConfigError, match="prefix_cache_block_size"):
             load_config(overrides={"prefix_cache_block_size": 0}, environ={})
+
+
+class TestMainQuantization:
+    @pytest.mark.parametrize("value", ["none", "int8", "int4"])
+    def test_values(self, value):
+        """main_quantization accepts none, int8 and int4 (env var or override); default none."""
+        assert load_config(environ={}).main_quantization == "none"
+        assert load_config(environ={"TREESPEC_MAIN_QUANTIZATION": value}).main_quantization == value
+
+    def test_bad_value_names_key(self):
+        """An unknown scheme raises ConfigError naming main_quantization."""
+        with pytest.raises(ConfigError, match="main_quantization"):
+            load_config(overrides={"main_quantization": "int3"}, environ={})
+
+    def test_accelerator_refused(self):
+        """A quantized main model on CUDA is refused, naming both keys (the kernels are CPU-only)."""
+        with pytest.raises(ConfigError, match="main_quantization=int8 needs device=cpu.*cuda"):
+            load_config(overrides={"main_quantization": "int8", "device": "cuda"}, environ={})
+
+    def test_tensor_parallel_refused(self):
+        """A quantized main model with tensor_parallel_size > 1 is refused, naming both keys."""
+        with pytest.raises(ConfigError, match="main_quantization=int4.*tensor_parallel_size=2"):
+            load_config(overrides={"main_quantization": "int4", "tensor_parallel_size": 2}, environ={})
