@@ -39,6 +39,7 @@ class Config:
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none; the main model is never quantized
+    kernel_probe: bool = True  # time matmul kernels on the loaded weights at start, use the fastest (CPU)
     overlap: str = AUTO  # draft/verify overlap: auto (on when draft and verifier have separate accelerators) | on | off
     host: str = "127.0.0.1"  # where the gateway's HTTP port and every service's probe port listen
     port: int = 8000
