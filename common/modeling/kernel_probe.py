@@ -165,10 +165,15 @@ def install(model, enabled: bool, cache: Path | None, timer: Timer = measure_ms)
     plan = KernelPlan()
     if enabled and str(model.device) == "cpu":
         plan = make_plan(model.w, model.head_weight, model.spec.num_layers, cache, timer)
-        apply_plan(model.w, plan.ladders)
-        model.head_weight = planned(model.head_weight, plan.ladders.get(HEAD))
-    model.kernel_plan = plan
+    use_plan(model, plan)
     structlog.get_logger("kernels").info("kernels chosen", source=plan.source, probe_s=plan.probe_s,
                                          ladders={f: [list(s) for s in steps] for f, steps in plan.ladders.items()},
                                          timings_ms=plan.timings)
     return plan
+
+
+def use_plan(model, plan: KernelPlan) -> None:
+    """Wrap ``model``'s projections (``model.w``, in place) and LM head per ``plan``."""
+    apply_plan(model.w, plan.ladders)
+    model.head_weight = planned(model.head_weight, plan.ladders.get(HEAD))
+    model.kernel_plan = plan
