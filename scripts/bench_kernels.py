@@ -8,10 +8,12 @@ draft int4 with its bf16 copy), prints and writes to JSON:
   * the whole forward pass over 1/4/8/16/32 tokens after a 64-token prefix, default
     kernels vs the plan, alternating (runner.measure_forward_ms; fastest of the runs);
   * optionally the time torch.compile takes for one projection (``--compile``).
-Ratios are what to read: the host may be loaded by other work.
+Ratios are what to read: the host may be loaded by other work. On a loaded host,
+``--threads 1 --cpu-clock`` times with this process's CPU time (time.process_time), which
+preemption by other processes does not inflate (valid for one thread only).
 
 Usage: PYTHONPATH=. python scripts/bench_kernels.py [--reps 5] [--rounds 2] [--compile]
-       [--out benchmarks/results/kernels/<cpu>.json]
+       [--threads N] [--cpu-clock] [--out benchmarks/results/kernels/<cpu>.json]
 """
 
 from __future__ import annotations
@@ -45,15 +47,24 @@ def host() -> dict:
             "threads": torch.get_num_threads()}
 
 
-def projections(model, reps: int) -> tuple[dict, dict]:
+def timer(clock):
+    """A kernel_probe timer reading ``clock`` (seconds)."""
+    def run(label, fn) -> float:
+        start = clock()
+        fn()
+        return (clock() - start) * 1e3
+    return run
+
+
+def projections(model, reps: int, clock) -> tuple[dict, dict]:
     """(timings "format/rows/kernel" -> ms per pass, ladders) on ``model``'s own weights."""
-    t = probe_timings(model.w, model.head_weight, model.spec.num_layers, measure_ms, budget_s=1e9, reps=reps)
+    t = probe_timings(model.w, model.head_weight, model.spec.num_layers, timer(clock), budget_s=1e9, reps=reps)
     defaults = {HEAD: candidates(model.head_weight)[0]}
     defaults.update({f: candidates(model.w["layers.0.qkv.weight"])[0] for f, _, _ in t if f != HEAD})
     return {f"{f}/{r}/{k}": round(ms, 2) for (f, r, k), ms in t.items()}, choose(t, defaults)
 
 
-def forward_passes(model, plan: KernelPlan, rounds: int) -> dict:
+def forward_passes(model, plan: KernelPlan, rounds: int, clock) -> dict:
     """Whole forward ms per token count, default kernels vs ``plan``, alternating rounds."""
     fast = copy.copy(model)
     fast.w, fast.kernel_plan = dict(model.w), None
@@ -61,7 +72,7 @@ def forward_passes(model, plan: KernelPlan, rounds: int) -> dict:
     best: dict[str, dict[int, float]] = {"default": {}, "chosen": {}}
     for _ in range(rounds):
         for label, m in (("default", model), ("chosen", fast)):
-            for t, ms in measure_forward_ms(m, m.new_cache(1, 64 + max(PASS_GRID) + 1), PASS_GRID, reps=2):
+            for t, ms in measure_forward_ms(m, m.new_cache(1, 64 + max(PASS_GRID) + 1), PASS_GRID, reps=2, clock=clock):
                 best[label][t] = min(best[label].get(t, float("inf")), round(ms, 2))
     best["speedup"] = {t: round(best["default"][t] / best["chosen"][t], 3) for t in best["default"]}
     return best
@@ -86,10 +97,11 @@ def run_role(role: str, args) -> dict:
     model = (build.main_model if role == "main" else build.draft_model)(cfg)[0]
     out = {"model": cfg.main_model_path if role == "main" else cfg.draft_model_path,
            "layers": model.spec.num_layers, "load_s": round(time.perf_counter() - start, 1)}
-    out["projection_ms"], ladders = projections(model, args.reps)
+    clock = time.process_time if args.cpu_clock else time.perf_counter
+    out["projection_ms"], ladders = projections(model, args.reps, clock)
     out["plan"] = {f: [list(s) for s in steps] for f, steps in ladders.items()}
     print(role, json.dumps(out), flush=True)
-    out["forward_ms"] = forward_passes(model, KernelPlan(ladders, source="probe"), args.rounds)
+    out["forward_ms"] = forward_passes(model, KernelPlan(ladders, source="probe"), args.rounds, clock)
     print(role, "forward", json.dumps(out["forward_ms"]), flush=True)
     if args.compile:
         out["torch_compile"] = compile_cost(model)
@@ -103,14 +115,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--roles", default="main,draft")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    parser.add_argument("--cpu-clock", action="store_true", help="time with process CPU time (needs --threads 1)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    result = {"host": host(), "row_buckets": ROW_BUCKETS}
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.cpu_clock and torch.get_num_threads() != 1:
+        parser.error("--cpu-clock counts CPU time of all threads: use it with --threads 1")
+    result = {"host": host(), "row_buckets": ROW_BUCKETS, "clock": "process_time" if args.cpu_clock else "wall"}
     print(json.dumps(result["host"]), flush=True)
     for role in args.roles.split(","):
         result[role] = run_role(role, args)
     slug = re.sub(r"[^a-z0-9]+", "-", result["host"]["cpu"].lower()).strip("-")
-    out = Path(args.out or f"benchmarks/results/kernels/{slug}.json")
+    name = f"{slug}-threads{torch.get_num_threads()}-{result['clock']}"
+    out = Path(args.out or f"benchmarks/results/kernels/{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print("wrote", out)

@@ -53,7 +53,7 @@ def _native(x, w, bias):
 
 KERNELS: dict[str, Callable] = {"linear": _linear, "onednn": _onednn, "int4": _int4, "dense": _linear,
                                 "native": _native}
-ONEDNN_DTYPES = (torch.bfloat16, torch.float32)
+ONEDNN_DTYPES = (torch.bfloat16,)  # fp32 weights keep F.linear: reference runs stay bit-for-bit as before
 
 
 def weight_format(w) -> str:
@@ -115,7 +115,8 @@ def choose(timings: Timings, defaults: dict[str, str]) -> dict[str, tuple[tuple[
     """Per format, the fastest kernel per row bucket as a ladder ``((max_rows, kernel), ...)``.
 
     ``defaults``: format -> its default kernel, kept unless another is ``MIN_GAIN`` faster
-    (timing noise must not swap kernels). Adjacent buckets with the same kernel merge.
+    (timing noise must not swap kernels). Adjacent buckets with the same kernel merge;
+    formats without timings get no ladder (they keep their default).
     """
     plans: dict[str, tuple[tuple[int, str], ...]] = {}
     for fmt, default in defaults.items():
@@ -129,7 +130,8 @@ def choose(timings: Timings, defaults: dict[str, str]) -> dict[str, tuple[tuple[
                 steps[-1] = (rows, best)
             else:
                 steps.append((rows, best))
-        plans[fmt] = tuple(steps) or ((ROW_BUCKETS[-1], default),)
+        if steps:
+            plans[fmt] = tuple(steps)
     return plans
 
 
