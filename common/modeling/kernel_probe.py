@@ -100,7 +100,7 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
                   budget_s: float = PROBE_BUDGET_S, reps: int = PROBE_REPS) -> Timings:
     """ms per model pass for every (format, rows, kernel): layer 0's projections of that
     format times ``num_layers``; the head (format ``HEAD``) once. Inputs are random
-    ``[rows, K]`` in the weight's activation dtype (bf16 unless the weight is fp32).
+    ``[rows, K]`` bf16 (only bf16 and int4 weights have more than one kernel).
 
     Kernels take turns within each of ``reps`` rounds (after one warm-up round), so a burst
     of load from other processes hits all of them alike; each keeps its fastest round."""
@@ -114,7 +114,7 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
         for rows in ROW_BUCKETS:
             if time.perf_counter() > deadline or (fmt == HEAD and rows > HEAD_MAX_ROWS):
                 break
-            xs = [torch.randn(rows, weight_shape(w)[1], dtype=_act_dtype(w)) for w in ws]
+            xs = [torch.randn(rows, weight_shape(w)[1], dtype=torch.bfloat16) for w in ws]  # bf16 activations
             runs = {k: (lambda fn=KERNELS[k], ops=ops: [fn(x, o, None) for x, o in zip(xs, ops)])
                     for k, ops in forms.items()}
             best = {k: float("inf") for k in runs}
@@ -124,11 +124,6 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
                     best[kernel] = best[kernel] if rep == 0 else min(best[kernel], ms)
             out.update({(fmt, rows, k): scale * ms for k, ms in best.items()})
     return out
-
-
-def _act_dtype(w) -> torch.dtype:
-    dense = dense_of(w)
-    return dense.dtype if dense is not None and dense.dtype == torch.float32 else torch.bfloat16
 
 
 def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: Timer = measure_ms) -> KernelPlan:
