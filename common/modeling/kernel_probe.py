@@ -39,7 +39,8 @@ Timer = Callable[[tuple[str, int, str], Callable[[], object]], float]  # (label,
 @dataclass(frozen=True)
 class KernelPlan:
     """The chosen kernels: ``ladders`` format -> ``((max_rows, kernel), ...)``; ``timings``
-    ``"format/rows/kernel"`` -> ms per model pass; ``source`` ``probe`` | ``cache`` | ``default``."""
+    ``"format/rows/kernel"`` -> ms per model pass; ``source`` ``probe`` | ``cache`` | ``default`` |
+    ``probe-incomplete`` (budget ran out: default kernels)."""
 
     ladders: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -126,8 +127,13 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
     return out
 
 
-def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: Timer = measure_ms) -> KernelPlan:
-    """The cached plan for this host and these shapes, else a fresh probe (then cached)."""
+def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: Timer = measure_ms,
+              budget_s: float = PROBE_BUDGET_S) -> KernelPlan:
+    """The cached plan for this host and these shapes, else a fresh probe (then cached).
+
+    A probe that ran out of its time budget before every bucket was timed (a starved host:
+    its timings are not to be trusted) keeps the default kernels and is not cached, so the
+    next start measures again (``source`` ``probe-incomplete``)."""
     path = None if cache is None else cache / f"kernels-{plan_key(weights, head, num_layers)}.json"
     if path is not None and path.is_file():
         try:
@@ -137,10 +143,15 @@ def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: T
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale: measure again and overwrite
     start = time.perf_counter()
-    timings = probe_timings(weights, head, num_layers, timer)
-    defaults = {fmt: candidates(ws[0])[0] for fmt, ws in _probe_weights(weights, head).items()}
-    plan = KernelPlan(choose(timings, defaults), {f"{f}/{r}/{k}": round(ms, 3) for (f, r, k), ms in timings.items()},
-                      "probe", round(time.perf_counter() - start, 3))
+    timings = probe_timings(weights, head, num_layers, timer, budget_s)
+    groups = _probe_weights(weights, head)
+    shown = {f"{f}/{r}/{k}": round(ms, 3) for (f, r, k), ms in timings.items()}
+    probe_s = round(time.perf_counter() - start, 3)
+    want = {(f, r) for f, ws in groups.items() if len(candidates(ws[0])) > 1
+            for r in ROW_BUCKETS if f != HEAD or r <= HEAD_MAX_ROWS}
+    if not want <= {(f, r) for f, r, _ in timings}:
+        return KernelPlan({}, shown, "probe-incomplete", probe_s)
+    plan = KernelPlan(choose(timings, {f: candidates(ws[0])[0] for f, ws in groups.items()}), shown, "probe", probe_s)
     if path is not None:
         _write(path, plan)
     return plan

@@ -66,6 +66,12 @@ class TestProbe:
         t = probe_timings(model.w, model.head_weight, 2, fake_timer(calls), budget_s=0.0)
         assert t == {} and calls == []
 
+    def test_incomplete_probe_keeps_defaults_uncached(self, tmp_path):
+        """A probe cut short by its budget (a starved host) keeps the default kernels and caches nothing."""
+        m = _model()
+        plan = make_plan(m.w, m.head_weight, m.spec.num_layers, tmp_path, fake_timer([]), budget_s=0.0)
+        assert plan.source == "probe-incomplete" and plan.ladders == {} and list(tmp_path.iterdir()) == []
+
     def test_probed_model_gives_the_same_logits(self, tmp_path):
         """A model on the chosen kernels computes the same forward as on the defaults (float rounding aside)."""
         from common.modeling.kv_cache import KVCache  # noqa: F401 (cache through the model)
