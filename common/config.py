@@ -43,6 +43,7 @@ class Config:
     # Draft a tree in a sequence's first round too. Off (default): the first token comes from the
     # main model's prefill alone, so the draft's prefill is not in the time to first token.
     speculate_first_token: bool = False
+    kernel_probe: bool = True  # time matmul kernels on the loaded weights at start, use the fastest (CPU)
     overlap: str = AUTO  # draft/verify overlap: auto (on when draft and verifier have separate accelerators) | on | off
     host: str = "127.0.0.1"  # where the gateway's HTTP port and every service's probe port listen
     port: int = 8000

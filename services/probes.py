@@ -103,11 +103,14 @@ class WorkerMetrics:
     """A draft or verifier worker's own instruments (labels ``service``, ``replica``).
 
     ``observe_step(seconds, failed)`` is called once per step; ``slots`` returns
-    (KV slots in use, KV slots in the pool), read at scrape time.
+    (KV slots in use, KV slots in the pool), read at scrape time; ``kernels`` returns the
+    model's kernel choice: (``(format, rows, kernel)`` chosen, ``{"format/rows/kernel": ms}``
+    timed), empty while loading or with the probe off.
     """
 
     def __init__(self, service: str, replica: str, slots: Callable[[], tuple[int, int]],
-                 ready: Callable[[], bool]) -> None:
+                 ready: Callable[[], bool],
+                 kernels: Callable[[], tuple[list[tuple[str, int, str]], dict[str, float]]] = lambda: ([], {})) -> None:
         self.registry = new_registry()
         labels = {"service": service, "replica": replica}
         self.steps = Counter(PREFIX + "worker_steps", "Draft or verify steps run",
@@ -117,6 +120,7 @@ class WorkerMetrics:
         self.step_seconds = Histogram(PREFIX + "worker_step_seconds", "Time of one draft or verify step",
                                       list(labels), buckets=STEP_BUCKETS, registry=self.registry).labels(**labels)
         self.registry.register(_WorkerGauges(labels, slots, ready))
+        self.registry.register(_KernelGauges(labels, kernels))
 
     def observe_step(self, seconds: float, failed: bool) -> None:
         self.steps.inc()
@@ -139,6 +143,26 @@ class _WorkerGauges:
             g = GaugeMetricFamily(PREFIX + name, doc, labels=names)
             g.add_metric(values, value)
             yield g
+
+
+class _KernelGauges:
+    """``worker_kernel_info`` (1 per chosen (format, rows, kernel)) and ``worker_kernel_probe_ms``."""
+
+    def __init__(self, labels: dict[str, str], kernels) -> None:
+        self._labels, self._kernels = labels, kernels
+
+    def collect(self) -> Iterator[Metric]:
+        names, values = [*self._labels, "format", "rows", "kernel"], list(self._labels.values())
+        chosen, timings = self._kernels()
+        info = GaugeMetricFamily(PREFIX + "worker_kernel_info", "Matmul kernel chosen at start (1)", labels=names)
+        for fmt, rows, kernel in chosen:
+            info.add_metric([*values, fmt, str(rows), kernel], 1)
+        probe = GaugeMetricFamily(PREFIX + "worker_kernel_probe_ms", "Start-up probe: ms per model pass",
+                                  labels=names)
+        for key, ms in sorted(timings.items()):
+            probe.add_metric([*values, *key.split("/")], ms)
+        yield info
+        yield probe
 
 
 class SchedulerCollector:

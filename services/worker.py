@@ -192,7 +192,7 @@ def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Bui
     route_library_logging()
     holder: dict[str, object] = {}  # "built", "loop": filled as they come up (read by the probes)
     metrics = WorkerMetrics(role.value, replica, lambda: _slots(holder),
-                            lambda: getattr(holder.get("loop"), "serving", False))
+                            lambda: getattr(holder.get("loop"), "serving", False), lambda: _kernels(holder))
     probes = None
     try:
         if cfg.metrics_port:
@@ -224,6 +224,12 @@ def _slots(holder: dict) -> tuple[int, int]:
     """(KV slots used, KV slots total) of the built worker; (0, 0) while loading."""
     built = holder.get("built")
     return (built.slots_used(), built.hello.slots_total) if built is not None else (0, 0)
+
+
+def _kernels(holder: dict) -> tuple[list[tuple[str, int, str]], dict[str, float]]:
+    """The built worker's kernel plan: (chosen (format, rows, kernel), probe timings); empty while loading."""
+    plan = getattr(holder.get("built"), "kernel_plan", None)
+    return (plan.choices(), dict(plan.timings)) if plan is not None else ([], {})
 
 
 def add_worker_args(parser) -> None:

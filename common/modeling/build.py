@@ -10,6 +10,7 @@ import torch
 from common.config import Config
 from common.tokenizer import END_MARKERS
 from common.modeling.grammar import GrammarMasks
+from common.modeling.kernel_probe import install as install_kernels
 from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES
 from common.modeling.model import DecoderModel
 from common.modeling.quant import quantize_main_weights, quantize_weights, weight_bytes
@@ -30,7 +31,7 @@ def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
         specials = _special_ids(tok, spec.vocab_size)
         head_ids = torch.unique(torch.cat([head_ids, torch.tensor(specials, dtype=torch.long)]))
     weights = {k: v.to(cfg.device) for k, v in weights.items()}  # tensors and Int4Weights
-    return DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device, head_ids), tok
+    return with_kernels(cfg, DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device, head_ids)), tok
 
 
 def _special_ids(tok, vocab: int) -> list[int]:
@@ -51,7 +52,15 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
         weights = quantize_main_weights(weights, cfg.main_quantization, DTYPES[cfg.dtype])
         log.info("main model weights: %s, %.2f GB", cfg.main_quantization, weight_bytes(weights) / 1e9)
     weights = {k: v.to(cfg.device) for k, v in weights.items()}  # tensors and quantized weights
-    return DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device), tok
+    return with_kernels(cfg, DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device)), tok
+
+
+def with_kernels(cfg: Config, model: DecoderModel) -> DecoderModel:
+    """``model`` running the matmul kernels measured fastest on this host (config
+    ``kernel_probe``; plans cached under the model cache directory, see kernel_probe.py)."""
+    from common.models import cache_dir
+    install_kernels(model, cfg.kernel_probe, cache_dir() / "kernel-plans")
+    return model
 
 
 def check_pair(main_tok, draft_tok, main: DecoderModel, draft: DecoderModel) -> None:

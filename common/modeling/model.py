@@ -53,12 +53,13 @@ class ModelSpec:
 
 def linear(x: torch.Tensor, weight: torch.Tensor | Int4Weight | Int8Weight,
            bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias``; ``weight`` is a dense ``[N, K]`` tensor or a quantized
-    weight (:class:`~common.modeling.quant.Int4Weight` / ``Int8Weight``, from
-    ``quant.quantize_weights`` / ``quant.quantize_main_weights``) that computes it itself."""
-    if isinstance(weight, (Int4Weight, Int8Weight)):
-        return weight.linear(x, bias)
-    return F.linear(x, weight, bias)
+    """``x @ weight.T + bias``; ``weight`` is a dense ``[N, K]`` tensor or a weight object
+    with its own ``linear(x, bias)``: a quantized weight (:class:`~common.modeling.quant.Int4Weight`
+    / ``Int8Weight``, from ``quant.quantize_weights`` / ``quant.quantize_main_weights``) or a
+    ``kernels.PlannedWeight`` (kernel chosen at start)."""
+    if isinstance(weight, torch.Tensor):
+        return F.linear(x, weight, bias)
+    return weight.linear(x, bias)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -101,6 +102,7 @@ class DecoderModel:
         head = weights["lm_head"]
         self.head_weight = head if head_ids is None else head[head_ids].contiguous()
         self._cos, self._sin = rope_tables(spec, spec.max_positions, dtype, device)
+        self.kernel_plan = None  # kernel_probe.KernelPlan once kernel_probe.install ran
 
     def _local_kv(self) -> int:
         tp = 1 if self.group is None else torch.distributed.get_world_size(self.group)
@@ -159,4 +161,4 @@ class DecoderModel:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head: ``[N, H]`` -> fp32 logits ``[N, V]`` (or ``[N, K]`` with ``head_ids``)."""
-        return F.linear(hidden, self.head_weight).float()
+        return linear(hidden, self.head_weight).float()

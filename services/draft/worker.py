@@ -28,6 +28,11 @@ class DraftWorker:
     def prefix_stats(self) -> tuple[int, int, int, int]:
         return prefix_stats(self.runner.table.prefix)
 
+    @property
+    def kernel_plan(self):
+        """The draft model's kernel_probe.KernelPlan."""
+        return self.runner.model.kernel_plan
+
 
 def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     """Load the draft model, size its KV pool, warm it up with one tiny step.

@@ -52,6 +52,10 @@ PROBE_METRIC_LABELS: dict[str, tuple[str, ...]] = {
     "treespec:worker_ready": ("service", "replica"),
     "treespec:worker_kv_slots_used": ("service", "replica"),
     "treespec:worker_kv_slots_capacity": ("service", "replica"),
+    # the matmul kernel chosen at start per weight format and row bucket (value 1), and the
+    # probe's ms per model pass for every kernel timed (common/modeling/kernel_probe.py)
+    "treespec:worker_kernel_info": ("service", "replica", "format", "rows", "kernel"),
+    "treespec:worker_kernel_probe_ms": ("service", "replica", "format", "rows", "kernel"),
     "treespec:scheduler_ready": ("replica",),
     "treespec:scheduler_workers": ("service",),
     "treespec:scheduler_gateways": (),

@@ -31,6 +31,11 @@ class VerifierWorker:
         inner = getattr(self.runner, "runner", self.runner)
         return prefix_stats(inner.table.prefix)
 
+    @property
+    def kernel_plan(self):
+        """The main model's kernel_probe.KernelPlan (None for a tensor-parallel group)."""
+        return getattr(getattr(self.runner, "model", None), "kernel_plan", None)
+
 
 def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
     """Load the main model, size its KV pool, warm it up with one tiny step.

@@ -50,10 +50,11 @@ class TestProbeServer:
             server.close()
 
     def test_worker_metrics_served(self):
-        """A worker's /metrics has its steps, step time, readiness and KV slots, labelled with
-        service and replica, plus process_* metrics, and only names treespec declares."""
+        """A worker's /metrics has its steps, step time, readiness, KV slots and kernel choice, labelled
+        with service and replica, plus process_* metrics, and only names treespec declares."""
         slots = {"used": 3}
-        metrics = WorkerMetrics("draft", "draft-a", lambda: (slots["used"], 8), lambda: True)
+        kernels = ([("int4", 8, "int4"), ("int4", 128, "onednn")], {"int4/8/int4": 12.5, "int4/8/dense": 30.0})
+        metrics = WorkerMetrics("draft", "draft-a", lambda: (slots["used"], 8), lambda: True, lambda: kernels)
         metrics.observe_step(0.02, False)
         metrics.observe_step(0.5, True)
         server = ProbeServer("127.0.0.1", 0, metrics.registry, ready=lambda: True).start()
@@ -70,6 +71,12 @@ class TestProbeServer:
         assert got[("treespec:worker_ready", lab)] == 1
         assert got[("treespec:worker_kv_slots_used", lab)] == 3
         assert got[("treespec:worker_kv_slots_capacity", lab)] == 8
+
+        def kern(rows: str, kernel: str) -> tuple:
+            return ("format", "int4"), ("kernel", kernel), *lab[:1], ("rows", rows), *lab[1:]
+        assert got[("treespec:worker_kernel_info", kern("8", "int4"))] == 1
+        assert got[("treespec:worker_kernel_info", kern("128", "onednn"))] == 1
+        assert got[("treespec:worker_kernel_probe_ms", kern("8", "dense"))] == 30.0
         assert ("process_cpu_seconds_total", ()) in got
         assert {name for name, _ in got} <= series_names()
 

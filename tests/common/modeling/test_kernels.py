@@ -1,0 +1,114 @@
+"""Matmul kernels and the per-(format, rows) choice among them."""
+
+import torch
+import torch.nn.functional as F
+
+from common.modeling.kernels import (KERNELS, PlannedWeight, apply_plan, candidates, choose, pick, planned, prepare,
+                                     weight_format, weight_shape)
+from common.modeling.quant import quantize_weights
+
+ROWS = (1, 3, 8, 16, 33)
+
+
+def _weights(dtype=torch.bfloat16, keep_dense=True) -> dict:
+    g = torch.Generator().manual_seed(0)
+    w = {"layers.0.qkv.weight": torch.randn(96, 128, generator=g) * 0.05,
+         "layers.0.down.weight": torch.randn(128, 192, generator=g) * 0.05,
+         "layers.0.in_norm": torch.ones(128), "embed": torch.randn(40, 128, generator=g)}
+    w = {k: v.to(dtype) for k, v in w.items()}
+    return quantize_weights(w, keep_dense=keep_dense) if dtype == torch.bfloat16 and keep_dense is not None else w
+
+
+class TestCandidates:
+    def test_every_dense_candidate_matches_f_linear(self):
+        """Every kernel for a dense bf16 matrix equals F.linear within float rounding, bias included."""
+        dtype = torch.bfloat16
+        g = torch.Generator().manual_seed(1)
+        w, b = (torch.randn(64, 128, generator=g) * 0.05).to(dtype), torch.randn(64, generator=g).to(dtype)
+        assert candidates(w) == ("linear", "onednn")
+        for rows in ROWS:
+            x = torch.randn(2, rows, 128, generator=g).to(dtype)
+            ref = F.linear(x, w, b).float()
+            for kernel in candidates(w):
+                y = KERNELS[kernel](x, prepare(kernel, w), b)
+                assert y.shape == (2, rows, 64) and y.dtype == dtype
+                assert torch.allclose(y.float(), ref, atol=1e-2, rtol=1e-2), (kernel, rows)
+
+    def test_every_int4_candidate_matches_its_reference(self):
+        """The int4 kernel equals the Int4Weight's own product; dense/onednn equal F.linear on the kept bf16 copy."""
+        w = _weights()["layers.0.qkv.weight"]
+        assert weight_format(w) == "int4" and candidates(w) == ("int4", "dense", "onednn")
+        g = torch.Generator().manual_seed(2)
+        for rows in ROWS:
+            x = torch.randn(rows, 128, generator=g).to(torch.bfloat16)
+            int4 = KERNELS["int4"](x, prepare("int4", w), None)
+            assert torch.equal(int4, w.linear(x) if rows <= 16 else KERNELS["int4"](x, w, None))
+            ref = F.linear(x, w.dense).float()
+            for kernel in ("dense", "onednn"):
+                y = KERNELS[kernel](x, prepare(kernel, w), None).float()
+                assert torch.allclose(y, ref, atol=1e-2, rtol=1e-2), (kernel, rows)
+
+    def test_fp32_keeps_f_linear(self):
+        """fp32 weights (reference runs, tests) have F.linear as their only kernel."""
+        assert candidates(torch.randn(8, 64)) == ("linear",)
+
+    def test_int4_without_dense_copy_has_only_its_kernel(self):
+        """An Int4Weight without a bf16 copy can only run the int4 kernel; its shape comes from its scales."""
+        w = quantize_weights({"a.weight": torch.randn(48, 128).to(torch.bfloat16)})["a.weight"]
+        assert candidates(w) == ("int4",) and weight_shape(w) == (48, 128)
+
+    def test_int4_operand_drops_the_dense_copy(self):
+        """The int4 kernel's operand holds no dense copy, so a ladder without dense steps frees it."""
+        w = _weights()["layers.0.qkv.weight"]
+        assert prepare("int4", w).dense is None and w.dense is not None
+
+
+class TestChoose:
+    def test_fastest_kernel_per_bucket(self):
+        """Per format and row bucket the fastest kernel wins; equal neighbours merge into one step."""
+        t = {("bfloat16", 1, "linear"): 100.0, ("bfloat16", 1, "onednn"): 50.0,
+             ("bfloat16", 8, "linear"): 200.0, ("bfloat16", 8, "onednn"): 60.0,
+             ("bfloat16", 32, "linear"): 300.0, ("bfloat16", 32, "onednn"): 400.0,
+             ("int4", 1, "int4"): 10.0, ("int4", 1, "dense"): 30.0,
+             ("int4", 16, "int4"): 90.0, ("int4", 16, "dense"): 40.0}
+        plans = choose(t, {"bfloat16": "linear", "int4": "int4"})
+        assert plans == {"bfloat16": ((8, "onednn"), (32, "linear")), "int4": ((1, "int4"), (16, "dense"))}
+
+    def test_noise_keeps_the_default(self):
+        """A challenger less than MIN_GAIN faster than the default does not replace it."""
+        t = {("bfloat16", 1, "linear"): 100.0, ("bfloat16", 1, "onednn"): 97.0}
+        assert choose(t, {"bfloat16": "linear"}) == {"bfloat16": ((1, "linear"),)}
+
+    def test_pick_walks_the_ladder(self):
+        """Rows up to a step's bound take its kernel; rows above the last bound take the last kernel."""
+        ladder = ((4, "int4"), (32, "dense"))
+        assert [pick(ladder, r) for r in (1, 4, 5, 32, 500)] == ["int4", "int4", "dense", "dense", "dense"]
+
+
+class TestApplyPlan:
+    def test_planned_weights_give_default_results(self):
+        """After apply_plan the projections run the chosen kernels and give F.linear's result; others stay."""
+        weights = _weights(keep_dense=None)
+        before = {k: v.clone() for k, v in weights.items()}
+        apply_plan(weights, {"bfloat16": ((4, "onednn"), (128, "linear"))})
+        assert isinstance(weights["layers.0.qkv.weight"], PlannedWeight)
+        assert torch.equal(weights["layers.0.in_norm"], before["layers.0.in_norm"])
+        assert torch.equal(weights["embed"], before["embed"])
+        for rows in ROWS:
+            x = torch.randn(rows, 128).to(torch.bfloat16)
+            y = weights["layers.0.qkv.weight"].linear(x)
+            assert torch.allclose(y.float(), F.linear(x, before["layers.0.qkv.weight"]).float(), atol=1e-2)
+
+    def test_default_only_or_impossible_ladders_leave_the_weight(self):
+        """A ladder of the default kernel alone, or naming a kernel the weight cannot run, changes nothing."""
+        w = quantize_weights({"a.weight": torch.randn(48, 128).to(torch.bfloat16)})["a.weight"]
+        assert planned(w, ((128, "int4"),)) is w
+        assert planned(w, ((1, "int4"), (128, "dense"))) is w
+        dense = torch.randn(8, 64).to(torch.bfloat16)
+        assert planned(dense, ((128, "linear"),)) is dense and planned(dense, None) is dense
+
+    def test_planned_weight_keeps_only_used_forms(self):
+        """A PlannedWeight holds one operand per kernel on its ladder (the replaced dense tensor is not kept)."""
+        w = _weights()["layers.0.qkv.weight"]
+        p = PlannedWeight(w, ((8, "int4"), (128, "onednn")))
+        assert set(p.forms) == {"int4", "onednn"} and p.forms["int4"].dense is None and p.shape == (96, 128)
