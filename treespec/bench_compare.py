@@ -52,7 +52,7 @@ def markdown(result: dict) -> str:
     build = cfg["llama_cpp"]
     base = {"treespec plain": ts["plain"]["tokens_per_s"] if ts else 0.0,
             "llama.cpp 4-bit plain": runs["plain-q4"]["aggregate"]["tokens_per_s"] if "plain-q4" in runs else 0.0}
-    lines = [f"CPU: {cfg['cpu_model']}; llama.cpp build {build['build_number']} ({build['commit']}); "
+    lines = [f"CPU: {cfg['cpu_model']}; llama.cpp {build['commit']} ({build.get('source', '')}); "
              f"{cfg['dataset']}, {cfg['prompts']} prompts, up to {cfg['max_new_tokens']} new tokens, "
              f"{cfg['threads']} threads, greedy", "",
              "| engine | weights | decoding | tok/s end to end | decode tok/s | prompt tok/s | MAL / acceptance | "

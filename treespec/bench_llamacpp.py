@@ -131,6 +131,12 @@ def bench_rows(tools: Tools, models: list[Path], n_prompt: int, n_gen: int, reps
     return {"command": shlex.join(cmd), "rows": parse.parse_bench_json(tools.run(cmd))}
 
 
+def source_info(bin_dir: Path) -> str:
+    """What benchmarks/llamacpp.sh recorded beside the build (sdist version, vendored llama.cpp commit)."""
+    path = bin_dir.parent / "SOURCE"
+    return path.read_text().strip() if path.is_file() else "unknown (not built by benchmarks/llamacpp.sh)"
+
+
 def cpu_model() -> str:
     """``Model name`` from lscpu (what every figure is printed with), or the platform's processor string."""
     try:
@@ -181,7 +187,7 @@ def measure(args: argparse.Namespace, tools: Tools, models: dict[str, Path], pro
     bench = bench_rows(tools, [models["q4"], models["bf16"]], 256, 128, args.bench_reps) if args.bench_reps else None
     probe = tools.run(tools.command("llama-completion", "--version"))
     return {"config": {"dataset": args.dataset, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-                       "threads": args.threads, "cpu_model": cpu_model(), "llama_cpp": parse.parse_build(probe),
+                       "threads": args.threads, "cpu_model": cpu_model(), "llama_cpp": {**parse.parse_version(probe), "source": source_info(tools.bin_dir)},
                        "models": {k: str(v) for k, v in models.items()},
                        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
             "runs": runs, "llama_bench": bench, "command": shlex.join([sys.executable, "-m", __name__] + sys.argv[1:])}
@@ -209,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             attach_treespec(result, json.loads(Path(args.treespec_json).read_text()))
     except (ValueError, LlamaCppError, OSError) as exc:  # FileNotFoundError is an OSError
         print(f"bench_llamacpp: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, (LlamaCppError, parse.LlamaCppOutputError, OSError)) else 2
+        return 1 if isinstance(exc, (LlamaCppError, parse.LlamaCppOutputError)) else 2
     write_json(args.json, result)
     print(markdown(result))
     return 0

@@ -1,12 +1,12 @@
 """Parse the console output of llama.cpp's CLI tools into numbers (``benchmarks/llamacpp.sh`` builds them).
 
 Pure functions over text; ``treespec.bench_llamacpp`` runs the tools. Formats parsed (llama.cpp as vendored
-by llama-cpp-python 0.3.36; ``tests/cli/data/llamacpp/`` holds captured output):
+by llama-cpp-python 0.3.36; ``tests/data/llamacpp/`` holds captured output):
 
 - ``llama-completion`` perf lines (``common_perf_print``): prompt eval / eval time, sampled tokens;
 - ``llama-speculative-simple`` / ``llama-speculative`` summary: encoded / decoded tokens, n_drafted, n_accept;
 - ``llama-bench -o json``: one object per test (``n_prompt``/``n_gen``, ``avg_ts``, ``cpu_info``, ...);
-- the ``build: <number> (<commit>)`` line every tool logs at start (``version: ...`` for ``--version``).
+- ``--version``: ``version: <v> (build <n>, commit <sha>)`` (``-dirty``: the sdist is not a clean checkout).
 
 Every parser raises :class:`LlamaCppOutputError` naming the missing line, never returns partial numbers.
 """
@@ -18,13 +18,13 @@ import re
 
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 PROMPT_EVAL = re.compile(rf"prompt eval time =\s*{_NUM} ms /\s*(\d+) tokens")
-EVAL = re.compile(rf"\beval time =\s*{_NUM} ms /\s*(\d+) runs")
+EVAL = re.compile(rf"(?<!prompt )\beval time =\s*{_NUM} ms /\s*(\d+) runs")
 SAMPLING = re.compile(rf"sampling time =\s*{_NUM} ms")
 SAMPLED = re.compile(rf"samplers time =\s*{_NUM} ms /\s*(\d+) (?:tokens|runs)")
 ENCODED = re.compile(rf"encoded\s+(\d+) tokens in\s+{_NUM} seconds")
 DECODED = re.compile(rf"decoded\s+(\d+) tokens in\s+{_NUM} seconds")
 COUNTER = re.compile(r"\b(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(\d+)")
-BUILD = re.compile(r"(?:build|version): (\d+) \(([0-9a-f]+)\)")
+VERSION = re.compile(r"version: (\S+) \(build (\d+), commit ([0-9a-f]+(?:-dirty)?)\)")
 BENCH_FIELDS = ("model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_prompt", "n_gen",
                 "avg_ts", "stddev_ts", "avg_ns", "build_commit", "build_number", "cpu_info", "backends")
 
@@ -101,7 +101,7 @@ def parse_bench_json(text: str) -> list[dict]:
     return out
 
 
-def parse_build(text: str) -> dict:
-    """``{"build_number": int, "commit": str}`` from the ``build: N (commit)`` line. Raises LlamaCppOutputError."""
-    found = _need(BUILD, text, "build:")
-    return {"build_number": int(found[1]), "commit": found[2]}
+def parse_version(text: str) -> dict:
+    """``{"version", "build_number", "commit"}`` from a tool's ``--version`` output. Raises LlamaCppOutputError."""
+    found = _need(VERSION, text, "version:")
+    return {"version": found[1], "build_number": int(found[2]), "commit": found[3]}
