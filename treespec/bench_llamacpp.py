@@ -27,7 +27,8 @@ from pathlib import Path
 from treespec import llamacpp_parse as parse
 
 BF16_DIR = Path.home() / ".cache" / "treespec" / "llamacpp"  # benchmarks/llamacpp.sh writes the BF16 GGUF here
-TOOL_TIMEOUT_S = 900  # one prompt / one llama-bench call; a hung tool fails the run instead of stalling it
+TOOL_TIMEOUT_S = 900
+RUNS = ("plain-q4", "plain-bf16", "spec-q4", "spec-bf16")  # one prompt / one llama-bench call; a hung tool fails the run instead of stalling it
 
 
 class LlamaCppError(RuntimeError):
@@ -174,9 +175,14 @@ def measure(args: argparse.Namespace, tools: Tools, models: dict[str, Path], pro
     """Every llama.cpp run the arguments ask for, on the rendered prompts; the result JSON (no treespec part)."""
     from common.modeling.loader import load_weights_tokenizer_only
     from treespec.bench_data import load_prompts
-    prompts = render_prompts(load_prompts(args.dataset, args.limit), load_weights_tokenizer_only(args.model),
-                             prompt_dir)
+    probe = tools.run(tools.command("llama-completion", "--version"))  # fails fast on a missing build
+    chosen = load_prompts(args.dataset, args.limit)
+    if not chosen:
+        raise ValueError(f"dataset {args.dataset!r} has no prompts")
+    prompts = render_prompts(chosen, load_weights_tokenizer_only(args.model), prompt_dir)
     skip = set(filter(None, args.skip.split(",")))
+    if skip - set(RUNS):
+        raise ValueError(f"unknown --skip {sorted(skip - set(RUNS))}: use {', '.join(RUNS)}")
     runs = {}
     for label, model in (("plain-q4", models["q4"]), ("plain-bf16", models["bf16"])):
         if label not in skip:
@@ -185,18 +191,19 @@ def measure(args: argparse.Namespace, tools: Tools, models: dict[str, Path], pro
         if label not in skip:
             runs[label] = spec_runs(tools, model, models["draft"], prompts, args.max_new_tokens, args.draft_max)
     bench = bench_rows(tools, [models["q4"], models["bf16"]], 256, 128, args.bench_reps) if args.bench_reps else None
-    probe = tools.run(tools.command("llama-completion", "--version"))
+    llama_cpp = {**parse.parse_version(probe), "source": source_info(tools.bin_dir)}
     return {"config": {"dataset": args.dataset, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-                       "threads": args.threads, "cpu_model": cpu_model(), "llama_cpp": {**parse.parse_version(probe), "source": source_info(tools.bin_dir)},
+                       "threads": args.threads, "cpu_model": cpu_model(), "llama_cpp": llama_cpp,
                        "models": {k: str(v) for k, v in models.items()},
                        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "runs": runs, "llama_bench": bench, "command": shlex.join([sys.executable, "-m", __name__] + sys.argv[1:])}
+            "runs": runs, "llama_bench": bench}
 
 
 def main(argv: list[str] | None = None) -> int:
     from common.models import resolve
     from treespec.bench import write_json
     from treespec.bench_compare import attach_treespec, markdown
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     try:
         if args.max_new_tokens < 1 or args.threads < 1 or args.bench_reps < 0:
@@ -211,8 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         tools = Tools(Path(args.bin).expanduser(), args.threads)
         with tempfile.TemporaryDirectory(prefix="treespec-llamacpp-") as tmp:
             result = measure(args, tools, models, Path(tmp))
+        result["command"] = shlex.join([sys.executable, "-m", __name__, *argv])
         if args.treespec_json:
-            attach_treespec(result, json.loads(Path(args.treespec_json).read_text()))
+            try:
+                attach_treespec(result, json.loads(Path(args.treespec_json).read_text()))
+            except KeyError as exc:
+                raise ValueError(f"{args.treespec_json} is not a `treespec bench` result (no {exc})") from exc
     except (ValueError, LlamaCppError, OSError) as exc:  # FileNotFoundError is an OSError
         print(f"bench_llamacpp: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, (LlamaCppError, parse.LlamaCppOutputError)) else 2

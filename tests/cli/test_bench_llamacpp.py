@@ -123,6 +123,16 @@ class TestMain:
         assert "none.gguf" in err and "llamacpp.sh" in err
         assert not (tmp_path / "o.json").exists()
 
+    def test_unknown_skip_is_a_usage_error(self, tools, tmp_path, capsys, monkeypatch):
+        """--skip with a run name that does not exist exits 2 naming it, before any tool run."""
+        gguf = tmp_path / "m.gguf"
+        gguf.write_bytes(b"GGUF")
+        monkeypatch.setattr("common.modeling.loader.load_weights_tokenizer_only", lambda *a, **k: FakeTokenizer())
+        rc = bench_llamacpp.main(["--bin", str(tools.bin_dir), "--model", str(gguf), "--draft", str(gguf),
+                                  "--bf16-model", str(gguf), "--skip", "plain-q5", "--json", str(tmp_path / "o.json")])
+        assert rc == 2
+        assert "plain-q5" in capsys.readouterr().err
+
     def test_json_is_written_with_the_table(self, tools, tmp_path, capsys, monkeypatch):
         """A full run (stand-in tools, fake tokenizer) writes the result JSON and prints the table."""
         gguf = tmp_path / "m.gguf"
@@ -138,3 +148,4 @@ class TestMain:
         assert result["config"]["llama_cpp"]["commit"].startswith("0c1e570")
         assert "not built by benchmarks/llamacpp.sh" in result["config"]["llama_cpp"]["source"]
         assert "| llama.cpp | 4-bit file | plain |" in capsys.readouterr().out
+        assert "--limit 1" in result["command"]
