@@ -9,7 +9,8 @@
 # Idempotent: a second run only checks that the binaries and the BF16 file exist.
 # Env: LLAMACPP_PY_VERSION (sdist version, pinned below), TREESPEC_CACHE (default ~/.cache/treespec),
 #      BUILD_JOBS (default 2), PIP (default .venv/bin/pip, else pip).
-# The build takes ~15-25 minutes on 2 cores (nice -n 19; the machine may be shared).
+# Build time: not yet timed on an idle host; on the shared 2-core dev machine (load 10-20, nice -n 19) it ran
+# over 70 minutes without finishing. Objects stay in the build dir, so an interrupted build resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
