@@ -6,7 +6,8 @@
 #   BF16 file: $TREESPEC_CACHE/llamacpp/qwen2.5-coder-1.5b-instruct.bf16.gguf (python -m treespec.bench_llamacpp
 #   looks there by default)
 #
-# Idempotent: a second run only checks that the binaries and the BF16 file exist.
+# Idempotent: a second run only checks that the binaries and the BF16 file exist. Progress goes to stderr;
+# stdout is the bin dir alone.
 # Env: LLAMACPP_PY_VERSION (sdist version, pinned below), TREESPEC_CACHE (default ~/.cache/treespec),
 #      BUILD_JOBS (default 2), PIP (default .venv/bin/pip, else pip).
 # Build time: not yet timed on an idle host; on the shared 2-core dev machine (load 10-20, nice -n 19) it ran
@@ -34,7 +35,7 @@ have_all() {
 fetch_source() {
   [ -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ] && return 0
   mkdir -p "$ROOT/dl"
-  nice -n 19 "$PIP" download --no-binary :all: --no-deps "llama-cpp-python==$VERSION" -d "$ROOT/dl"
+  nice -n 19 "$PIP" download --no-binary :all: --no-deps "llama-cpp-python==$VERSION" -d "$ROOT/dl" >&2
   local tmp="$ROOT/src.tmp"
   rm -rf "$tmp" && mkdir -p "$tmp"
   tar xzf "$ROOT/dl/llama_cpp_python-$VERSION.tar.gz" -C "$tmp" --strip-components=1
@@ -47,8 +48,8 @@ build() {
   if ! have_all; then
     nice -n 19 cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" -G "Unix Makefiles" \
       -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
-      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF
-    nice -n 19 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >&2
+    nice -n 19 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >&2
     have_all || { echo "llamacpp.sh: build finished but a binary is missing in $BIN" >&2; exit 1; }
   fi
   # Read by python -m treespec.bench_llamacpp into its result JSON.
@@ -61,7 +62,7 @@ build() {
 make_bf16() {
   [ -s "$BF16_GGUF" ] && return 0
   [ -f "$MAIN_GGUF" ] || { echo "llamacpp.sh: $MAIN_GGUF missing (run: treespec models fetch)" >&2; exit 1; }
-  nice -n 19 "$BIN/llama-quantize" --allow-requantize "$MAIN_GGUF" "$BF16_GGUF.tmp" BF16 2
+  nice -n 19 "$BIN/llama-quantize" --allow-requantize "$MAIN_GGUF" "$BF16_GGUF.tmp" BF16 2 >&2
   mv "$BF16_GGUF.tmp" "$BF16_GGUF"
 }
 
