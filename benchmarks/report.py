@@ -1,11 +1,14 @@
 """Print the Markdown tables of BENCHMARKS.md from benchmarks/results/*.json.
 
 Usage: .venv/bin/python benchmarks/report.py   (run after benchmarks/run_all.sh)
+       .venv/bin/python benchmarks/report.py side_by_side_humaneval   (benchmarks/side_by_side.sh's table
+       from benchmarks/results/llamacpp/<name>.json)
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -98,7 +101,17 @@ def service() -> str:
     return "\n".join(rows)
 
 
+def side_by_side(name: str) -> str:
+    """benchmarks/side_by_side.sh: treespec vs llama.cpp on one host (results/llamacpp/<name>.json)."""
+    from treespec.bench_compare import markdown
+    return markdown(json.loads((RESULTS / "llamacpp" / f"{name}.json").read_text()))
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        for name in sys.argv[1:]:
+            print(f"### {name}\n\n{side_by_side(name)}\n")
+        sys.exit(0)
     for title, fn in (("HumanEval", lambda: comparison("humaneval")), ("Spec-Bench", lambda: comparison("spec_bench")),
                       ("Sweeps", sweeps), ("Long output", long_run), ("Service over HTTP", service)):
         try:
