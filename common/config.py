@@ -57,6 +57,7 @@ class Config:
     kv_memory_fraction: float = 0.85  # of free memory, leaving headroom for tree KV
     prefix_cache: bool = True  # retain prompt/sequence KV blocks and reuse them across requests
     prefix_cache_block_size: int = 16  # tokens per prefix-cache block (the reuse granularity)
+    grammar_fast_forward: bool = True  # draft: tokens a grammar forces go into the tree without drafting
     draft_replicas: int = 1
     verifier_replicas: int = 1
     heartbeat_interval_s: float = 1.0

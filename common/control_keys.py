@@ -8,6 +8,12 @@ Layout of the keys directory (mode 0700, created by :func:`ensure_curve_keys`)::
     authorized/<role>.key                   public keys the scheduler accepts ...
     authorized/<role>-<label>.key           ... (more keys of a role: add files like this)
 
+A deployment gives each service only what it needs (:func:`bundle_files`,
+:func:`write_bundle`; compose and Kubernetes mount one bundle per service): the scheduler
+its own pair and the public keys under ``authorized/``; a gateway, draft or verifier its
+own pair and the scheduler's public key. A service whose directory already holds its
+bundle never writes to it (secrets are mounted read-only).
+
 The scheduler accepts only keys under ``authorized/`` (ZeroMQ ZAP, CURVE mechanism) and
 stamps every message with the role its key was filed under (the ZAP ``User-Id``); the
 scheduler then checks that role against the message (``services/scheduler/access.py``).
@@ -86,6 +92,49 @@ def ensure_curve_keys(curve_dir: str) -> Path:
         _generate(root)  # an older layout (one shared client key): add the role keys
     root.chmod(DIR_MODE)
     return root
+
+
+def bundle_files(service: str) -> list[str]:
+    """Key files (paths relative to the keys directory) ``service`` needs: ``scheduler`` its
+    own pair and every role's public key under ``authorized/``; a client (a role: gateway,
+    draft, verifier, admin) its own pair and the scheduler's public key."""
+    if service == "scheduler":
+        return [f"{SERVER_CERT}.key", f"{SERVER_CERT}.key_secret", *(f"{AUTHORIZED}/{r}.key" for r in ROLES)]
+    return [f"{SERVER_CERT}.key", f"{service}.key", f"{service}.key_secret"]
+
+
+def write_bundle(curve_dir: str, service: str, dest: str) -> Path:
+    """Copy ``service``'s :func:`bundle_files` (for the scheduler also any extra
+    ``authorized/<role>-<label>.key``) from a complete ``curve_dir`` into ``dest`` (0700,
+    secret files 0600). Raises FileNotFoundError for a missing source file."""
+    src, out = Path(curve_dir), Path(dest)
+    names = bundle_files(service)
+    if service == "scheduler":
+        names += [f"{AUTHORIZED}/{p.name}" for p in sorted((src / AUTHORIZED).glob("*-*.key"))]
+    for name in names:
+        target = out / name
+        target.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        shutil.copyfile(src / name, target)
+        target.chmod(SECRET_MODE)
+    for d in (out, out / AUTHORIZED):
+        if d.is_dir():
+            d.chmod(DIR_MODE)
+    return out
+
+
+def usable_keys(curve_dir: str, service: str) -> Path:
+    """``curve_dir`` when it holds ``service``'s bundle (read-only is fine); otherwise the
+    missing keys are created (services started by hand share one directory). Raises OSError
+    naming the missing files when they cannot be created (a read-only mount)."""
+    root = Path(curve_dir)
+    missing = [n for n in bundle_files(service) if not (root / n).exists()]
+    if not missing:
+        return root
+    try:
+        return ensure_curve_keys(curve_dir)
+    except OSError as exc:
+        raise OSError(f"control-plane keys in {root}: {service} needs {', '.join(missing)} "
+                      f"and they cannot be created there ({exc})") from None
 
 
 def role_keys(curve_dir: str) -> dict[str, str]:

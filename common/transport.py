@@ -22,7 +22,8 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from common import wire
-from common.control_keys import AUTHORIZED, SECRET_MODE, SERVER_CERT, RoleAuthenticator, ensure_curve_keys  # noqa: F401
+from common.control_keys import (AUTHORIZED, SECRET_MODE, SERVER_CERT, RoleAuthenticator,  # noqa: F401
+                                 ensure_curve_keys, usable_keys)
 
 LINGER_MS = 0  # close without waiting for unsent frames
 HWM = 10000  # frames queued per peer before zmq drops / blocks
@@ -39,7 +40,7 @@ def _load(curve_dir: str, name: str) -> tuple[bytes, bytes | None]:
 
 
 def _secure_server(ctx: zmq.Context, sock: zmq.Socket, curve_dir: str) -> ThreadAuthenticator:
-    ensure_curve_keys(curve_dir)
+    usable_keys(curve_dir, "scheduler")
     auth = RoleAuthenticator(ctx, curve_dir)
     auth.start()
     auth.configure_curve(domain="*", location=str(Path(curve_dir) / AUTHORIZED))
@@ -49,7 +50,7 @@ def _secure_server(ctx: zmq.Context, sock: zmq.Socket, curve_dir: str) -> Thread
 
 
 def _secure_client(sock: zmq.Socket, curve_dir: str, cert: str) -> None:
-    ensure_curve_keys(curve_dir)  # services started by hand on one machine share the default dir
+    usable_keys(curve_dir, cert)  # services started by hand on one machine share the default dir
     pub, sec = _load(curve_dir, cert)
     server_pub, _ = _load(curve_dir, SERVER_CERT)
     sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = pub, sec, server_pub

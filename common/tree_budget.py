@@ -8,7 +8,8 @@ workers (KV headroom) and the in-process engine all read it from the same Config
 * look-ahead (draft/verify overlap) trees: ``GUESS_SIZE_FACTOR`` x the round's size
   (capped at ``MAX_GUESS_SIZE``), ``GUESS_EXTRA_DEPTH`` levels deeper.
 * KV headroom past ``max_model_len``: the verifier writes one row per tree node; the draft
-  one row per expanded frontier node (``DRAFT_WIDTH`` per level) plus a guessed path.
+  one row per expanded frontier node (``DRAFT_WIDTH`` per level) plus a guessed path, plus
+  grammar-forced chains (at most a tree's size of them).
 """
 
 from __future__ import annotations
@@ -74,5 +75,6 @@ class TreeBudget:
     @property
     def kv_headroom(self) -> int:
         """KV rows a worker keeps free past ``max_model_len`` for the tree in flight."""
-        draft_rows = (self.max_depth + GUESS_EXTRA_DEPTH) * DRAFT_WIDTH + self.max_depth
+        chains = min(self.max_nodes * GUESS_SIZE_FACTOR, MAX_GUESS_SIZE)
+        draft_rows = (self.max_depth + GUESS_EXTRA_DEPTH) * DRAFT_WIDTH + self.max_depth + chains
         return max(MIN_KV_HEADROOM, self.max_nodes, draft_rows)

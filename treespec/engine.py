@@ -56,7 +56,7 @@ def make_engine(cfg: Config, main: DecoderModel, draft: DecoderModel | None, tok
     if draft is not None and budget.speculative:
         runner = DraftRunner(draft, slots, max_len, grammar=grammar.sibling() if grammar else None,
                              prefix_blocks=plan_prefix_blocks(cfg, draft, slots, max_len),
-                             block_size=cfg.prefix_cache_block_size)
+                             block_size=cfg.prefix_cache_block_size, fast_forward=cfg.grammar_fast_forward)
     if runner is None:
         cfg = replace(cfg, tree_size=0)
     core = SchedulerCore(slots, cfg.max_queue, cfg.max_model_len, eos_ids(tok))

@@ -123,6 +123,26 @@ class GrammarMasks:
             self._fill(m, path, words[r])
         return words
 
+    def fast_forward(self, m: llguidance.LLMatcher, path: list[int], limit: int) -> list[int]:
+        """Up to ``limit`` tokens the grammar forces after ``path`` (llguidance's fast-forward
+        tokens: the forced bytes, tokenized canonically); [] when the path is refused.
+
+        Not every one is the only allowed token (``{"`` may also be spelled ``{`` + ``"``),
+        so they are proposals that the verifier still checks, not commitments.
+        """
+        if limit <= 0:
+            return []
+        taken = m.try_consume_tokens(path) if path else 0
+        forced = m.compute_ff_tokens() if taken == len(path) and not m.is_error() else []
+        if taken:
+            m.rollback(taken)
+        out = []
+        for t in map(int, forced[:limit]):
+            if t in self.end_ids or not 0 <= t < self.vocab_size:
+                break
+            out.append(t)
+        return out
+
     def _fill(self, m: llguidance.LLMatcher, path: list[int], out: np.ndarray) -> None:
         taken = m.try_consume_tokens(path) if path else 0
         if taken == len(path) and not m.is_error():

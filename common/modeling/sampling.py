@@ -37,18 +37,32 @@ def probs_from_logits(logits: torch.Tensor, temperature: float, top_k: int = 0,
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
-    if top_p < 1.0:
-        # sort only the best TOP_P_CANDIDATES unless they hold less than top_p of the mass
-        k = min(TOP_P_CANDIDATES, probs.shape[-1])
-        sorted_p, idx = torch.topk(probs, k, dim=-1)
-        if bool((sorted_p.sum(-1) < top_p).any()):
+    return top_p_filter(probs, top_p) if top_p < 1.0 else probs
+
+
+def reads_are_free(t: torch.Tensor) -> bool:
+    """True when reading ``t`` into Python costs no device synchronisation (CPU tensors)."""
+    return t.device.type == "cpu"
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter of probs ``[N, V]``: keep the smallest prefix of most likely tokens whose
+    mass reaches ``top_p`` (always the top token), renormalised.
+
+    On an accelerator: one full sort and no data-dependent branch, so no device -> host
+    sync. On CPU (:func:`reads_are_free`): sort only the best ``TOP_P_CANDIDATES`` unless
+    some row's candidates hold less than ``top_p`` (then the full sort); same result.
+    """
+    if reads_are_free(probs):
+        sorted_p, idx = torch.topk(probs, min(TOP_P_CANDIDATES, probs.shape[-1]), dim=-1)
+        if bool((sorted_p.sum(-1) < top_p).any()):  # a CPU read, not a device sync
             sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
-        # keep the smallest prefix whose mass reaches top_p (always at least the top token)
-        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
+    else:
+        sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
+    drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+    return probs / probs.sum(-1, keepdim=True)
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,8 @@ class TreeBuilder:
         self.scores: list[float] = []
         self.depth: list[int] = []
         self._level: list[int] = []  # nodes created at the newest depth
+        self.levels = 0  # drafted levels so far (a fast-forwarded chain does not count)
+        self.chained = 0  # nodes added by add_chain (at most ``size`` per tree: KV headroom)
 
     def add_children(self, parent: int, tokens: np.ndarray, logprobs: np.ndarray) -> None:
         """Add children of ``parent`` (ROOT or a node index): tokens/logprobs ``[k]``."""
@@ -56,10 +58,27 @@ class TreeBuilder:
             self.scores.append(base + float(lp))
             self.depth.append(d)
 
+    def add_chain(self, parent: int, tokens: list[int]) -> None:
+        """Add ``tokens`` as a path below ``parent``, each with probability 1 (grammar-forced);
+        only the last node joins the newest level (the rest have their one child)."""
+        if not tokens:
+            return
+        self.chained += len(tokens)
+        for t in tokens:
+            self.add_children(parent, np.array([t]), np.zeros(1))
+            parent = self._level.pop()
+        self._level.append(parent)
+
+    def chain_room(self) -> int:
+        """Chain nodes this tree may still get (``size`` in all)."""
+        return max(self.shape.size - self.chained, 0)
+
     def next_frontier(self) -> list[int]:
-        """Pop the nodes to expand next (best ``width`` of the newest level), or [] to stop."""
+        """Pop the nodes to expand next (best ``width`` of the newest level), or [] to stop
+        after ``max_depth`` drafted levels."""
         level, self._level = self._level, []
-        if not level or self.depth[level[0]] >= min(self.shape.max_depth, self.shape.size):
+        self.levels += 1
+        if not level or self.levels >= min(self.shape.max_depth, self.shape.size):
             return []
         best = sorted(level, key=lambda i: -self.scores[i])[: self.shape.width]
         if math.exp(self.scores[best[0]]) < self.shape.min_path_prob:

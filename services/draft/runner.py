@@ -35,13 +35,14 @@ class DraftRunner:
 
     def __init__(self, model: DecoderModel, slots: int, max_len: int, topk: int = 4,
                  width: int = 4, min_path_prob: float = 0.02, grammar: GrammarMasks | None = None,
-                 prefix_blocks: int = 0, block_size: int = 16) -> None:
+                 prefix_blocks: int = 0, block_size: int = 16, fast_forward: bool = True) -> None:
         self.model = model
         self.cache: KVCache = model.new_cache(slots, max_len)
         prefix = PrefixCache(self.cache, prefix_blocks, block_size) if prefix_blocks > 0 else None
         self.table = SlotTable(self.cache, model.spec.vocab_size, prefix)
         self.topk, self.width, self.min_path_prob = topk, width, min_path_prob
         self.grammar = grammar  # propose only grammar-valid tokens (None: unconstrained drafts)
+        self.fast_forward = fast_forward  # grammar-forced text goes into trees without drafting
 
     def step(self, msg: wire.DraftStep) -> wire.DraftResult:
         """Draft one tree per sequence; sequences whose KV is missing are reported lost."""
@@ -97,7 +98,7 @@ class DraftRunner:
         for b, s, parents, lg in zip(builders, seqs, parents_per_seq, logits.split(sizes)):
             k = min(self.topk, s.tree_size) or 1
             if s.grammar is not None and self.grammar is not None:
-                constrained_children(self.grammar, self.model.head_ids, b, s, parents, lg, k)
+                constrained_children(self.grammar, self.model.head_ids, b, s, parents, lg, k, self.fast_forward)
                 continue
             probs = (probs_from_logits(lg, s.temperature, s.top_k, s.top_p) if s.temperature > 0
                      else torch.softmax(lg, dim=-1))
@@ -112,18 +113,20 @@ class DraftRunner:
                 b.add_children(parent, ids[row], logp[row])
 
     def _level(self, slots, builders, rows, frontiers, committed) -> list[torch.Tensor]:
-        """Forward the frontier nodes of each sequence; each sees the committed prefix and
-        its already-processed ancestors. Returns hidden ``[len(frontier), H]`` per sequence."""
-        T = max(len(f) for f in frontiers)
+        """Forward the frontier nodes of each sequence, with any ancestors not forwarded yet
+        (a grammar-forced chain); each row sees the committed prefix and its ancestors.
+        Returns hidden ``[len(frontier), H]`` per sequence (frontier rows only)."""
+        todo = [_with_new_ancestors(bld, row_of, front) for bld, row_of, front in zip(builders, rows, frontiers)]
+        T = max(len(t) for t in todo)
         S = max(self.cache.lengths[s] + T for s in slots)
         B = len(slots)
         tok = np.zeros((B, T), np.int64)
         pos = np.zeros((B, T), np.int64)
         mask = np.zeros((B, 1, T, S), bool)
         mask[:, 0, :, 0] = True
-        for b, (slot, bld, row_of, front) in enumerate(zip(slots, builders, rows, frontiers)):
+        for b, (slot, bld, row_of, nodes) in enumerate(zip(slots, builders, rows, todo)):
             start = self.cache.lengths[slot]
-            for r, node in enumerate(front):
+            for r, node in enumerate(nodes):
                 tok[b, r] = bld.tokens[node]
                 pos[b, r] = committed[b] - 1 + bld.depth[node]
                 mask[b, 0, r, :committed[b]] = True
@@ -133,11 +136,23 @@ class DraftRunner:
                     anc = bld.parents[anc]
                 mask[b, 0, r, start + r] = True
                 row_of[node] = start + r
-        for s, front in zip(slots, frontiers):
-            self.cache.check_room(s, len(front))
+        for s, nodes in zip(slots, todo):
+            self.cache.check_room(s, len(nodes))
         dev = self.model.device
         h = self.model.forward(torch.from_numpy(tok).to(dev), torch.from_numpy(pos).to(dev), self.cache, slots,
                                torch.from_numpy(mask).to(dev))
-        for b, (slot, front) in enumerate(zip(slots, frontiers)):
-            self.cache.lengths[slot] += len(front)  # keep tree rows until the step ends
-        return [h[b, :len(f)] for b, f in enumerate(frontiers)]
+        for b, (slot, nodes) in enumerate(zip(slots, todo)):
+            self.cache.lengths[slot] += len(nodes)  # keep tree rows until the step ends
+        return [h[b, len(nodes) - len(f):len(nodes)] for b, (nodes, f) in enumerate(zip(todo, frontiers))]
+
+
+def _with_new_ancestors(bld: TreeBuilder, row_of: dict[int, int], front: list[int]) -> list[int]:
+    """The frontier's not-yet-forwarded ancestors (parents before children), then the
+    frontier itself, in order (frontier nodes last, so their rows are the final ones)."""
+    new: set[int] = set()
+    for node in front:
+        anc = bld.parents[node]
+        while anc != ROOT and anc not in row_of and anc not in new:
+            new.add(anc)
+            anc = bld.parents[anc]
+    return sorted(new) + list(front)

@@ -45,7 +45,8 @@ def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     blocks = plan_prefix_blocks(cfg, model, slots, max_len)
     runner = DraftRunner(model, slots, max_len,
                          grammar=GrammarMasks.from_hf(tok, model.spec.vocab_size, eos_ids(tok)),
-                         prefix_blocks=blocks, block_size=cfg.prefix_cache_block_size)
+                         prefix_blocks=blocks, block_size=cfg.prefix_cache_block_size,
+                         fast_forward=cfg.grammar_fast_forward)
     size, depth = TreeBudget.from_config(cfg).default_shape()
     runner.step(wire.DraftStep(round=0, seqs=[wire.DraftSeq(seq_id=WARMUP_ID, prefix_len=0, new_tokens=WARMUP_TOKENS,
                                                             tree_size=max(size, 1), max_depth=max(depth, 1))]))

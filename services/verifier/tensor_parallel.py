@@ -12,6 +12,10 @@ their shard. For every call rank 0 broadcasts the message (``common.wire.encode`
 as a uint8 tensor, length first; length 0 = shut down), then all ranks run it in
 lock-step; only rank 0's result is returned. gloo on CPU, NCCL on CUDA (rank r on
 ``cuda:r``). Workers exit when told to or when their parent process disappears.
+
+Grammar-constrained requests: every rank masks its tree rows with the same
+``GrammarMasks`` as the single verifier (the logits are all-reduced, so identical on every
+rank), so all ranks accept, and commit KV for, the same path.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -29,6 +34,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from common import wire
+from common.modeling.build import eos_ids
+from common.modeling.grammar import GrammarMasks
 from common.modeling.loader import DTYPES, load_weights
 from common.modeling.model import DecoderModel, ModelSpec
 from common.modeling.quant import Int4Weight, Int8Weight
@@ -75,14 +82,24 @@ def _shard_one(name: str, w, spec: ModelSpec, rank: int, world: int) -> torch.Te
     return w  # embed, lm_head, norms: replicated
 
 
+GrammarFactory = Callable[[int], "GrammarMasks | None"]  # vocab size -> masks (picklable: a module-level function)
+
+
+def grammar_masks(tok, vocab_size: int, factory: GrammarFactory | None = None) -> GrammarMasks | None:
+    """The verifier's grammar masks: ``factory(vocab_size)`` when given, else from the model's
+    tokenizer (converted on the first constrained request); None without a tokenizer."""
+    return factory(vocab_size) if factory is not None else GrammarMasks.from_hf(tok, vocab_size, eos_ids(tok))
+
+
 def build_shard_runner(model_path: str, dtype: str, slots: int, max_len: int, rank: int, world: int,
-                       device: str, group) -> VerifierRunner:
-    """Load the model, keep this rank's shard on ``device``, wrap it in a VerifierRunner."""
-    spec, weights, _ = load_weights(model_path, dtype)
+                       device: str, group, grammar: GrammarFactory | None = None) -> VerifierRunner:
+    """Load the model, keep this rank's shard on ``device``, wrap it in a VerifierRunner
+    that masks constrained requests like the single verifier."""
+    spec, weights, tok = load_weights(model_path, dtype)
     shard = {k: v.to(device) for k, v in shard_weights(weights, spec, rank, world).items()}
     del weights
     model = DecoderModel(spec, shard, DTYPES[dtype], device, group=group)
-    return VerifierRunner(model, slots, max_len)
+    return VerifierRunner(model, slots, max_len, grammar_masks(tok, spec.vocab_size, grammar))
 
 
 def rank_device(device: str, rank: int) -> str:
@@ -124,13 +141,13 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _worker(rank: int, world: int, port: int, device: str, model_path: str, dtype: str, slots: int,
-            max_len: int, parent_pid: int) -> None:
+            max_len: int, parent_pid: int, grammar: GrammarFactory | None) -> None:
     """Rank 1..W-1: mirror every message rank 0 broadcasts until the empty (stop) message."""
     _exit_with_parent(parent_pid)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dev = rank_device(device, rank)
     group = _init_rank(rank, world, port, device)
-    runner = build_shard_runner(model_path, dtype, slots, max_len, rank, world, dev, group)
+    runner = build_shard_runner(model_path, dtype, slots, max_len, rank, world, dev, group, grammar)
     dist.barrier()
     while payload := _broadcast_bytes(None, dev, group):
         msg = wire.decode(payload)
@@ -152,11 +169,12 @@ class TensorParallelVerifier:
 
     Raises ValueError for ``tp_size < 2``, more CUDA ranks than GPUs, a second instance
     in one process (torch.distributed's default group is per process), or a model whose
-    heads / KV heads / intermediate size do not divide by ``tp_size``.
+    heads / KV heads / intermediate size do not divide by ``tp_size``. ``grammar``: builds
+    each rank's grammar masks (default: from the model's tokenizer).
     """
 
     def __init__(self, model_path: str, dtype: str, slots: int, max_len: int, tp_size: int,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", grammar: GrammarFactory | None = None) -> None:
         if tp_size < 2:
             raise ValueError(f"TensorParallelVerifier needs tp_size >= 2, got {tp_size}")
         if dist.is_initialized():
@@ -167,14 +185,15 @@ class TensorParallelVerifier:
         self._device = rank_device(device, 0)
         port, ctx = _free_port(), mp.get_context("spawn")
         self._procs = [ctx.Process(target=_worker, daemon=True, name=f"tp-rank-{r}",
-                                   args=(r, tp_size, port, device, model_path, dtype, slots, max_len, os.getpid()))
+                                   args=(r, tp_size, port, device, model_path, dtype, slots, max_len, os.getpid(),
+                                         grammar))
                        for r in range(1, tp_size)]
         for p in self._procs:
             p.start()
         try:
             self._group = _init_rank(0, tp_size, port, device)
             self.runner = build_shard_runner(model_path, dtype, slots, max_len, 0, tp_size, self._device,
-                                             self._group)
+                                             self._group, grammar)
             dist.barrier()
         except BaseException:
             self.close()
@@ -240,15 +259,16 @@ class TensorParallelVerifier:
 
 
 def build_verifier(model_path: str, dtype: str, slots: int, max_len: int, tp_size: int = 1,
-                   device: str = "cpu"):
-    """A :class:`VerifierRunner` (tp_size 1) or a :class:`TensorParallelVerifier`."""
+                   device: str = "cpu", grammar: GrammarFactory | None = None):
+    """A :class:`VerifierRunner` (tp_size 1) or a :class:`TensorParallelVerifier`, both with
+    grammar masks for constrained requests."""
     if tp_size < 1:
         raise ValueError(f"tensor_parallel_size must be >= 1, got {tp_size}")
     if tp_size > 1:
-        return TensorParallelVerifier(model_path, dtype, slots, max_len, tp_size, device)
-    spec, weights, _ = load_weights(model_path, dtype)
+        return TensorParallelVerifier(model_path, dtype, slots, max_len, tp_size, device, grammar)
+    spec, weights, tok = load_weights(model_path, dtype)
     model = DecoderModel(spec, {k: v.to(device) for k, v in weights.items()}, DTYPES[dtype], device)
-    return VerifierRunner(model, slots, max_len)
+    return VerifierRunner(model, slots, max_len, grammar_masks(tok, spec.vocab_size, grammar))
 
 
 __all__ = ["TensorParallelVerifier", "build_verifier", "shard_weights"]

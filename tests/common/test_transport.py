@@ -85,6 +85,41 @@ class TestCurve:
         ctx.term()
 
 
+class TestBundles:
+    def test_each_service_runs_on_its_own_bundle_without_writing(self, tmp_path):
+        """Scheduler and clients started on per-service bundles (as compose and Kubernetes mount
+        them) complete the handshake, the scheduler learns each role, and no key file is added."""
+        from common.control_keys import write_bundle
+        full = transport.ensure_curve_keys(str(tmp_path / "all"))
+        dirs = {s: write_bundle(str(full), s, str(tmp_path / s)) for s in ("scheduler", "draft", "verifier")}
+        before = {s: sorted(d.rglob("*")) for s, d in dirs.items()}
+        ctx = zmq.Context()
+        router, auth = _pair(ctx, "tcp://127.0.0.1:*", str(dirs["scheduler"]))
+        addr = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        pump = transport.SocketPump(ctx, router, user_ids=True)
+        socks = {r: transport.connect_dealer(ctx, addr, str(dirs[r]), cert=r) for r in ("draft", "verifier")}
+        for role, sock in socks.items():
+            sock.send(wire.encode(wire.Abort(request_id=role)))
+        got = {}
+        for _ in socks:
+            frames = pump.inbox.get(timeout=5)
+            got[transport.split_router(frames[:2])[1].request_id] = frames[2].decode()
+        assert got == {"draft": "draft", "verifier": "verifier"}
+        assert {s: sorted(d.rglob("*")) for s, d in dirs.items()} == before
+        for s in socks.values():
+            s.close()
+        pump.close()
+        auth.stop()
+        ctx.term()
+
+    def test_a_bundle_lacks_every_other_secret(self, tmp_path):
+        """A draft's bundle holds no gateway, verifier, admin or scheduler secret key."""
+        from common.control_keys import write_bundle
+        full = transport.ensure_curve_keys(str(tmp_path / "all"))
+        out = write_bundle(str(full), "draft", str(tmp_path / "draft"))
+        assert sorted(p.name for p in out.glob("*.key_secret")) == ["draft.key_secret"]
+
+
 class TestTorchFree:
     def test_scheduler_gateway_and_common_do_not_import_torch(self):
         """Importing the scheduler, gateway and common (outside common.modeling) leaves torch unloaded."""

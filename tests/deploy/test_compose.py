@@ -196,9 +196,36 @@ class TestServices:
         assert "api_keys.json" in services["gateway"]["secrets"]
         assert services["gateway"]["environment"]["TREESPEC_API_KEYS_FILE"] == "/run/secrets/api_keys.json"
         for name in WORKERS:
-            assert "curve" in services[name]["secrets"], name
+            assert {"source": f"curve-{name}", "target": "curve"} in services[name]["secrets"], name
             assert services[name]["environment"]["TREESPEC_CURVE_DIR"] == "/run/secrets/curve"
-        assert compose["secrets"]["curve"]["file"] == "./secrets/curve"
+            assert compose["secrets"][f"curve-{name}"]["file"] == f"./secrets/curve-{name}"
+        assert "curve" not in compose["secrets"]  # the directory with every key pair is mounted nowhere
+
+    @pytest.mark.parametrize("path", [COMPOSE, CPU_OVERRIDE])
+    def test_each_service_mounts_only_its_own_keys(self, path):
+        """Per service (compose.yaml, and merged with compose.cpu.yaml): exactly its own CURVE
+        bundle (``curve-<service>``) plus, for the gateway, the API keys; the models job none."""
+        services = load()["services"] if path == COMPOSE else merge(load(), load(path=CPU_OVERRIDE))["services"]
+        expected = {"scheduler": {"curve-scheduler"}, "gateway": {"curve-gateway", "api_keys.json"},
+                    "draft": {"curve-draft"}, "verifier": {"curve-verifier"}, "models": set()}
+        for name, svc in services.items():
+            mounted = {s["source"] if isinstance(s, dict) else s for s in svc.get("secrets", [])}
+            assert mounted == expected[name], name
+
+    def test_bundles_hold_only_what_each_service_needs(self, tmp_path):
+        """The bundles compose_secrets.sh writes: a role gets its own pair + the scheduler's public
+        key (no other secret); the scheduler its pair + every role's public key (no role secret)."""
+        from common.control_keys import ensure_curve_keys, write_bundle
+        full = ensure_curve_keys(str(tmp_path / "curve"))
+        files = {}
+        for service in WORKERS:
+            out = write_bundle(str(full), service, str(tmp_path / f"curve-{service}"))
+            files[service] = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+            assert oct(out.stat().st_mode & 0o777) == "0o700"
+        roles = ("gateway", "draft", "verifier", "admin")
+        assert files["scheduler"] == sorted(["server.key", "server.key_secret", *(f"authorized/{r}.key" for r in roles)])
+        for role in ("gateway", "draft", "verifier"):
+            assert files[role] == sorted(["server.key", f"{role}.key", f"{role}.key_secret"])
         moved = load({"TREESPEC_SECRETS_DIR": "/srv/ts"})["secrets"]["api_keys.json"]["file"]
         assert moved == "/srv/ts/api_keys.json"
 

@@ -86,6 +86,18 @@ def env(container: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", [])}
 
 
+def render_with_curve(overlay: str, tmp_path: Path) -> list[dict]:
+    """``overlay`` rendered with components/curve and freshly generated keys."""
+    from common.transport import ensure_curve_keys
+    shutil.copytree(K8S, tmp_path / "k8s")
+    ensure_curve_keys(str(tmp_path / "k8s" / "components" / "curve" / "secrets"))
+    kustomization = tmp_path / "k8s" / "overlays" / overlay / "kustomization.yaml"
+    doc = yaml.safe_load(kustomization.read_text())
+    doc["components"] = doc.get("components", []) + ["../../components/curve"]
+    kustomization.write_text(yaml.safe_dump(doc))
+    return render(tmp_path / "k8s" / "overlays" / overlay)
+
+
 class TestRender:
     @pytest.mark.parametrize("overlay", OVERLAYS)
     def test_overlay_validates(self, overlay):
@@ -102,27 +114,32 @@ class TestRender:
 
     @pytest.mark.parametrize("overlay", OVERLAYS)
     def test_with_curve_component(self, overlay, tmp_path):
-        """With generated CURVE keys, adding components/curve mounts Secret treespec-curve in
-        every Deployment (one key pair per role, each role's public key under authorized/) and the result still validates."""
-        from common.transport import ensure_curve_keys
-        shutil.copytree(K8S, tmp_path / "k8s")
-        ensure_curve_keys(str(tmp_path / "k8s" / "components" / "curve" / "secrets"))
-        kustomization = tmp_path / "k8s" / "overlays" / overlay / "kustomization.yaml"
-        doc = yaml.safe_load(kustomization.read_text())
-        doc["components"] = doc.get("components", []) + ["../../components/curve"]
-        kustomization.write_text(yaml.safe_dump(doc))
-        objs = render(tmp_path / "k8s" / "overlays" / overlay)
+        """With generated CURVE keys, adding components/curve gives each Deployment its own
+        Secret at /etc/treespec/curve (one key pair per role) and the result still validates."""
+        objs = render_with_curve(overlay, tmp_path)
         for obj in objs:
             validate(obj)
-        (secret,) = find(objs, "Secret", "treespec-curve")
-        roles = ("gateway", "draft", "verifier", "admin")
-        assert set(secret["data"]) == {"server.key", "server.key_secret"} | {
-            f"{r}.key{s}" for r in roles for s in ("", "_secret")}
         for d in find(objs, "Deployment"):
             assert env(containers(d)[0])["TREESPEC_CURVE_DIR"] == "/etc/treespec/curve"
-            vol = next(v for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == "curve")
-            for r in roles:
-                assert {"key": f"{r}.key", "path": f"authorized/{r}.key"} in vol["secret"]["items"]
+            mount = next(m for m in containers(d)[0]["volumeMounts"] if m["name"] == "curve")
+            assert mount == {"name": "curve", "mountPath": "/etc/treespec/curve", "readOnly": True}
+
+    @pytest.mark.parametrize("overlay", OVERLAYS)
+    def test_each_service_mounts_only_its_own_keys(self, overlay, tmp_path):
+        """Per Deployment, the mounted files are exactly common.control_keys.bundle_files(service):
+        the scheduler its pair + every role's public key under authorized/; gateway, draft and
+        verifier their own pair + the scheduler's public key (no other role's secret)."""
+        from common.control_keys import bundle_files
+        objs = render_with_curve(overlay, tmp_path)
+        for d in find(objs, "Deployment"):
+            service = d["metadata"]["name"].removeprefix("treespec-")
+            (vol,) = [v for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == "curve"]
+            (secret,) = find(objs, "Secret", vol["secret"]["secretName"])
+            items = vol["secret"]["items"]
+            assert sorted(i["path"] for i in items) == sorted(bundle_files(service)), service
+            assert {i["key"] for i in items} == set(secret["data"]), service
+            secrets = [i["path"] for i in items if i["path"].endswith("key_secret")]
+            assert secrets == [f"{'server' if service == 'scheduler' else service}.key_secret"], service
 
     def test_validation_can_fail(self):
         """An unknown field in a Deployment and a bad ScaledObject are rejected."""

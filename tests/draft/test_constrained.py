@@ -42,3 +42,35 @@ class TestConstrainedChildren:
         assert b.tokens == [ord("b"), ord("c")]
         probs = np.exp(b.scores)
         assert np.isclose(probs[0], np.exp(2) / (np.exp(2) + np.exp(1) + 1), atol=1e-4)
+
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+LAYOUT = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
+
+
+class TestFastForward:
+    def test_forced_text_is_one_chain_without_a_level(self):
+        """With fast-forward, the forced '{"ok": ' goes in as one chain of probability-1 nodes;
+        only its last node is expanded next and no drafted level is used up."""
+        masks = GrammarMasks(byte_tokenizer(), VOCAB, [EOS])
+        grammar = llguidance.grammar_from("json_schema", json.dumps({**SCHEMA, "x-guidance": LAYOUT}))
+        b = TreeBuilder(TreeShape(16, 3))
+        constrained_children(masks, None, b, seq(grammar), [ROOT], torch.zeros(1, VOCAB), 4, fast_forward=True)
+        assert bytes(b.tokens) == b'{"ok": ' and b.parents == [ROOT, 0, 1, 2, 3, 4, 5]
+        assert b.scores == [0.0] * 7 and b.next_frontier() == [6] and b.levels == 1
+
+    def test_chain_respects_the_tree_size(self):
+        """A chain never takes more nodes than the tree's size."""
+        masks = GrammarMasks(byte_tokenizer(), VOCAB, [EOS])
+        grammar = llguidance.grammar_from("json_schema", json.dumps({**SCHEMA, "x-guidance": LAYOUT}))
+        b = TreeBuilder(TreeShape(3, 3))
+        constrained_children(masks, None, b, seq(grammar), [ROOT], torch.zeros(1, VOCAB), 4, fast_forward=True)
+        assert bytes(b.tokens) == b'{"o'
+
+    def test_off_adds_one_forced_token(self):
+        """Without fast-forward, only the single forced token is added (one level per token)."""
+        masks = GrammarMasks(byte_tokenizer(), VOCAB, [EOS])
+        grammar = llguidance.grammar_from("json_schema", json.dumps({**SCHEMA, "x-guidance": LAYOUT}))
+        b = TreeBuilder(TreeShape(16, 3))
+        constrained_children(masks, None, b, seq(grammar), [ROOT], torch.zeros(1, VOCAB), 4, fast_forward=False)
+        assert b.tokens == [ord("{")]

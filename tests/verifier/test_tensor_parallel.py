@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 
+import jsonschema
 import pytest
 import torch
 
 from common import wire
 from common.config import Config
+from common.modeling.grammar import GrammarMasks
 from common.modeling.loader import load_model, load_weights
 from common.modeling.tiny import tiny_spec, tiny_weights
 from services.draft.runner import DraftRunner
@@ -16,6 +19,7 @@ from services.scheduler.core import SchedulerCore
 from services.scheduler.local import LocalEngine
 from services.verifier.runner import VerifierRunner
 from services.verifier.tensor_parallel import TensorParallelVerifier, build_verifier, shard_weights
+from tests.common.modeling.test_grammar import EOS, SCHEMA, byte_tokenizer, grammar_of
 
 TINY_MAIN = "tiny-random:0"
 TINY_DRAFT = "tiny-random:1"
@@ -24,14 +28,20 @@ PROMPTS = [[11, 22, 33, 44, 55], [7, 8, 9]]
 GREEDY = wire.SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
 
 
-def generate(verifier, prompts: list[list[int]], params: wire.SamplingParams, tree_size: int) -> list[list[int]]:
+def byte_grammar(vocab_size: int) -> GrammarMasks:
+    """Grammar masks over the byte-level test tokenizer (module-level: the ranks rebuild it)."""
+    return GrammarMasks(byte_tokenizer(), vocab_size, [EOS])
+
+
+def generate(verifier, prompts: list[list[int]], params: wire.SamplingParams, tree_size: int,
+             eos: set[int] = frozenset()) -> list[list[int]]:
     """Greedy outputs of a batch of prompts through LocalEngine (optionally with a draft)."""
     draft = None
     if tree_size:
         model, _ = load_model(TINY_DRAFT, "float32")
-        draft = DraftRunner(model, SLOTS, MAX_LEN)
+        draft = DraftRunner(model, SLOTS, MAX_LEN, grammar=byte_grammar(model.spec.vocab_size))
     cfg = Config(tree_size=tree_size, max_accept_length=4, max_model_len=MAX_LEN)
-    engine = LocalEngine(cfg, SchedulerCore(SLOTS, 8, MAX_LEN, set()), verifier, draft)
+    engine = LocalEngine(cfg, SchedulerCore(SLOTS, 8, MAX_LEN, set(eos)), verifier, draft)
     ids = [f"r{tree_size}-{i}" for i in range(len(prompts))]
     for rid, p in zip(ids, prompts):
         engine.submit(rid, p, params)
@@ -44,7 +54,7 @@ def generate(verifier, prompts: list[list[int]], params: wire.SamplingParams, tr
 
 @pytest.fixture(scope="module")
 def tp2():
-    with TensorParallelVerifier(TINY_MAIN, "float32", SLOTS, MAX_LEN, tp_size=2) as v:
+    with TensorParallelVerifier(TINY_MAIN, "float32", SLOTS, MAX_LEN, tp_size=2, grammar=byte_grammar) as v:
         yield v
 
 
@@ -90,6 +100,18 @@ class TestTensorParallelVerifier:
         """With draft trees (tree_size 8) the committed tokens are identical too."""
         ref = generate(build_verifier(TINY_MAIN, "float32", SLOTS, MAX_LEN, 1), PROMPTS, GREEDY, 8)
         assert generate(tp2, PROMPTS, GREEDY, 8) == ref
+
+    def test_grammar_constrained_matches_tp1(self, tp2):
+        """A json_schema request is masked on every rank: TP=2 gives TP=1's constrained tokens,
+        and they are text the schema accepts."""
+        params = wire.SamplingParams(max_tokens=40, temperature=0.0, grammar=grammar_of(SCHEMA))
+        ref = generate(build_verifier(TINY_MAIN, "float32", SLOTS, MAX_LEN, 1, grammar=byte_grammar), PROMPTS,
+                       params, 8, {EOS})
+        out = generate(tp2, PROMPTS, params, 8, {EOS})
+        assert out == ref
+        for toks in out:
+            assert toks[-1] == EOS
+            jsonschema.validate(json.loads(bytes(toks[:-1])), SCHEMA)
 
     def test_second_instance_in_one_process_is_refused(self, tp2):
         """torch.distributed allows one default group per process: a second verifier is a ValueError."""

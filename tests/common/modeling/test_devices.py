@@ -41,16 +41,21 @@ class TestToHost:
         assert to_host([]) == []
 
 
-GUARDED = ("numpy", "item", "tolist", "cpu", "__int__", "__float__")
+GUARDED = ("numpy", "item", "tolist", "cpu", "__int__", "__float__", "__bool__", "__index__")
 
 
 @pytest.fixture
 def no_host_transfers(monkeypatch):
-    """Makes every Tensor host read but ``to_host``'s fail while the test body runs."""
+    """Makes every Tensor host read but ``to_host``'s fail while the test body runs; the
+    CPU-only shortcuts (``sampling.reads_are_free``) are off, so the code an accelerator
+    runs is what is checked."""
+    from common.modeling import sampling
+
     def refuse(name):
         def method(self, *args, **kwargs):
             raise AssertionError(f"host transfer Tensor.{name} outside to_host")
         return method
+    monkeypatch.setattr(sampling, "reads_are_free", lambda t: False)
     for name in GUARDED:
         monkeypatch.setattr(torch.Tensor, name, refuse(name))
     yield

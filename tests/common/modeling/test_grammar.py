@@ -68,10 +68,11 @@ def grammar_of(schema: dict) -> str:
     return llguidance.grammar_from("json_schema", json.dumps({**schema, "x-guidance": LAYOUT}))
 
 
-def engine(main, draft, lltok, tree_size: int, depth: int, slots: int = 4):
+def engine(main, draft, lltok, tree_size: int, depth: int, slots: int = 4, fast_forward: bool = True):
     core = SchedulerCore(slots, 512, 200, {EOS})
     masks = GrammarMasks(lltok, VOCAB, [EOS])
-    drafter = DraftRunner(draft, slots, MAX_LEN, grammar=masks.sibling()) if draft is not None else None
+    drafter = DraftRunner(draft, slots, MAX_LEN, grammar=masks.sibling(),
+                          fast_forward=fast_forward) if draft is not None else None
     cfg = Config(tree_size=tree_size if drafter is not None else 0, max_accept_length=max(depth, 1), max_model_len=200)
     return LocalEngine(cfg, core, VerifierRunner(main, slots, MAX_LEN, masks), drafter)
 
@@ -118,6 +119,17 @@ class TestGreedyConstrained:
         for toks in plain.values():
             assert toks[-1] == EOS
             jsonschema.validate(json.loads(bytes(toks[:-1])), SCHEMA)
+
+    def test_fast_forward_changes_no_token_and_saves_steps(self, tiny_main, tiny_noisy_draft, lltok):
+        """Forced-text insertion on vs off: identical greedy tokens, and no more verification
+        steps with it on (forced text is always accepted and takes no drafted level)."""
+        params = wire.SamplingParams(max_tokens=60, grammar=grammar_of(SCHEMA))
+        reqs = {f"r{i}": (p, params) for i, p in enumerate(PROMPTS)}
+        on, off = engine(tiny_main, tiny_noisy_draft, lltok, 8, 2), engine(tiny_main, tiny_noisy_draft, lltok, 8, 2,
+                                                                           fast_forward=False)
+        assert run(on, reqs) == run(off, reqs)
+        assert sum(on.stats.committed) == sum(off.stats.committed)
+        assert len(on.stats.committed) < len(off.stats.committed)
 
 
 class TestSampledConstrained:

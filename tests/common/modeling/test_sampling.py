@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from common.modeling import sampling
 from common.modeling.sampling import apply_penalties, greedy, probs_from_logits
 
 
@@ -26,6 +27,16 @@ class TestProbsFromLogits:
         torch.testing.assert_close(p, torch.tensor([[0.0, 0.5 / 0.75, 0.0, 0.25 / 0.75]]))
         p = probs_from_logits(lg, 1.0, top_p=0.3)  # the top token alone already reaches it
         torch.testing.assert_close(p, torch.tensor([[0.0, 1.0, 0.0, 0.0]]))
+
+    @pytest.mark.parametrize("spread", [0.1, 8.0])
+    def test_top_p_accelerator_path_equals_cpu_shortcut(self, monkeypatch, spread):
+        """The sync-free full sort (accelerators) and the CPU candidate shortcut keep the same
+        nucleus, for peaked rows and for flat rows whose best candidates hold < top_p."""
+        gen = torch.Generator().manual_seed(0)
+        lg = torch.randn(3, 5000, generator=gen) * spread  # [N, V]; spread 0.1: 2048 candidates < 0.9
+        cpu = probs_from_logits(lg, 1.0, top_p=0.9)
+        monkeypatch.setattr(sampling, "reads_are_free", lambda t: False)
+        torch.testing.assert_close(probs_from_logits(lg, 1.0, top_p=0.9), cpu)
 
     def test_greedy_temperature_refused(self):
         """temperature <= 0 raises ValueError (greedy uses argmax)."""
