@@ -9,7 +9,9 @@
 #
 # Env: PY (python with treespec installed, default .venv/bin/python), THREADS (default 2, both engines),
 #      BENCH_REPS (llama-bench repetitions, default 3), EXTRA (extra args for python -m treespec.bench_llamacpp),
-#      OUT (result dir, default benchmarks/results/llamacpp).
+#      OUT (result dir, default benchmarks/results/llamacpp),
+#      MAIN_QUANT (e.g. "int4" or "int8 int4": also run `treespec bench --main-quantization Q` per value, one row
+#      pair each in the table; default none).
 # Run it on a quiet machine: every figure is a wall-clock throughput.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,13 @@ echo "llama.cpp binaries: $BIN" >&2
 # treespec first (it loads both models once), then llama.cpp; same thread count for both.
 OMP_NUM_THREADS="$THREADS" "$PY" -m treespec.cli bench --dataset "$DATASET" --limit "$LIMIT" \
   --max-new-tokens "$MAX_NEW" --json "$OUT/treespec_$TAG.json"
+TS_JSON=(--treespec-json "$OUT/treespec_$TAG.json")
+for Q in ${MAIN_QUANT:-}; do
+  OMP_NUM_THREADS="$THREADS" "$PY" -m treespec.cli bench --dataset "$DATASET" --limit "$LIMIT" \
+    --max-new-tokens "$MAX_NEW" --main-quantization "$Q" --json "$OUT/treespec_${TAG}_$Q.json"
+  TS_JSON+=(--treespec-json "$OUT/treespec_${TAG}_$Q.json")
+done
 # shellcheck disable=SC2086
 "$PY" -m treespec.bench_llamacpp --bin "$BIN" --dataset "$DATASET" --limit "$LIMIT" --max-new-tokens "$MAX_NEW" \
-  --threads "$THREADS" --bench-reps "${BENCH_REPS:-3}" --treespec-json "$OUT/treespec_$TAG.json" \
+  --threads "$THREADS" --bench-reps "${BENCH_REPS:-3}" "${TS_JSON[@]}" \
   --json "$OUT/side_by_side_$TAG.json" ${EXTRA:-}

@@ -19,12 +19,13 @@ def _ttft_rate(records: list[dict], kind: str) -> float:
     return sum(r["prompt_tokens"] for r in records) / secs if secs else 0.0
 
 
-def attach_treespec(result: dict, bench: dict) -> dict:
-    """Add ``bench`` (a ``treespec bench`` result) to ``result`` under ``treespec``; ``same_prompts`` says
-    whether both ran the same prompt ids in the same order. Returns ``result``. Raises KeyError on a
-    JSON that is not a ``treespec bench`` result."""
+def attach_treespec(result: dict, bench: dict, key: str = "treespec") -> dict:
+    """Add ``bench`` (a ``treespec bench`` result) to ``result`` under ``key`` (``treespec`` for the first
+    run, ``treespec_<main_quantization>`` for a quantized main model); ``same_prompts`` says whether every
+    run so far used the same prompt ids in the same order. Returns ``result``. Raises KeyError on a JSON
+    that is not a ``treespec bench`` result."""
     agg, recs = bench["aggregate"], bench["records"]
-    result["treespec"] = {
+    result[key] = {
         "command": bench.get("command"), "config": bench["config"],
         "plain": {"tokens_per_s": agg["plain_tokens_per_s"], "decode_tokens_per_s": agg["plain_decode_tokens_per_s"],
                   "prompt_tokens_per_s": _ttft_rate(recs, "plain")},
@@ -33,8 +34,21 @@ def attach_treespec(result: dict, bench: dict) -> dict:
                  "acceptance_rate": agg.get("draft_tokens_accepted_fraction")},
         "aggregate": agg}
     llama_ids = next(([r["id"] for r in run["records"]] for run in result.get("runs", {}).values()), None)
-    result["same_prompts"] = llama_ids == [r["id"] for r in recs]
+    result["same_prompts"] = result.get("same_prompts", True) and llama_ids == [r["id"] for r in recs]
     return result
+
+
+def treespec_rows(result: dict, base: dict) -> list[str]:
+    """Table rows of every attached ``treespec bench`` run (plain, then tree speculation)."""
+    lines = []
+    for key in [k for k in result if k == "treespec" or k.startswith("treespec_")]:
+        tc = result[key]["config"]
+        weights = tc["dtype"] + ("" if tc.get("main_quantization", "none") == "none"
+                                 else f" act., {tc['main_quantization']} main")
+        lines.append(_row("treespec", weights, "plain", result[key]["plain"], base))
+        lines.append(_row("treespec", f"{weights} + 0.5B draft ({tc.get('draft_quantization')})",
+                          f"tree ({tc['tree_size']})", result[key]["spec"], base))
+    return lines
 
 
 def _row(engine: str, weights: str, decoding: str, agg: dict, base: dict) -> str:
@@ -62,11 +76,7 @@ def markdown(result: dict) -> str:
             agg = runs[key]["aggregate"]
             dec = f"{decoding} (draft max {agg['n_draft']})" if "n_draft" in agg else decoding
             lines.append(_row("llama.cpp", weights, dec, agg, base))
-    if ts:
-        tc = ts["config"]
-        lines.append(_row("treespec", tc["dtype"], "plain", ts["plain"], base))
-        lines.append(_row("treespec", f"{tc['dtype']} + 0.5B draft ({tc.get('draft_quantization')})",
-                          f"tree ({tc['tree_size']})", ts["spec"], base))
+    lines += treespec_rows(result, base)
     if result.get("same_prompts") is False:
         lines.append("\n**warning: treespec and llama.cpp ran different prompts**")
     bench = result.get("llama_bench")

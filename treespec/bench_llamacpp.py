@@ -125,8 +125,9 @@ def spec_runs(tools: Tools, model: Path, draft: Path, prompts: list[dict], max_n
         "n_draft": records[0]["n_draft"] if records else None, "generated_tokens": gen, "prompts": len(records)}}
 
 
-def bench_rows(tools: Tools, models: list[Path], n_prompt: int, n_gen: int, reps: int) -> dict:
-    """``llama-bench -p n_prompt -n n_gen -r reps -o json`` over ``models`` (one process)."""
+def bench_rows(tools: Tools, models: list[Path], n_prompt: str, n_gen: int, reps: int) -> dict:
+    """``llama-bench -p n_prompt -n n_gen -r reps -o json`` over ``models`` (one process); ``n_prompt`` is
+    llama-bench's comma list of prompt lengths (tokens), one prompt-processing row per length."""
     args = [a for m in models for a in ("-m", m)]
     cmd = tools.command("llama-bench", *args, "-p", n_prompt, "-n", n_gen, "-r", reps, "-o", "json")
     return {"command": shlex.join(cmd), "rows": parse.parse_bench_json(tools.run(cmd))}
@@ -165,8 +166,11 @@ def _parser() -> argparse.ArgumentParser:
     a("--draft", default="qwen2.5-coder-0.5b", help="draft GGUF (packaged name or path)")
     a("--draft-max", type=int, default=None, help="llama.cpp's --spec-draft-n-max (default: llama.cpp's)")
     a("--bench-reps", type=int, default=3, help="llama-bench repetitions (0: skip llama-bench)")
+    a("--bench-prompt-tokens", default="256,1500",
+      help="llama-bench prompt lengths (comma list, tokens): prompt-processing rows, e.g. for a 1,500-token prompt")
     a("--skip", default="", help="comma list of runs to leave out: plain-q4, plain-bf16, spec-q4, spec-bf16")
-    a("--treespec-json", default=None, help="a `treespec bench` JSON of the same prompts, merged in")
+    a("--treespec-json", action="append", default=[],
+      help="a `treespec bench` JSON of the same prompts, merged in (repeat for a quantized-main run)")
     a("--json", required=True, help="output JSON path")
     return p
 
@@ -190,7 +194,8 @@ def measure(args: argparse.Namespace, tools: Tools, models: dict[str, Path], pro
     for label, model in (("spec-q4", models["q4"]), ("spec-bf16", models["bf16"])):
         if label not in skip:
             runs[label] = spec_runs(tools, model, models["draft"], prompts, args.max_new_tokens, args.draft_max)
-    bench = bench_rows(tools, [models["q4"], models["bf16"]], 256, 128, args.bench_reps) if args.bench_reps else None
+    bench = (bench_rows(tools, [models["q4"], models["bf16"]], args.bench_prompt_tokens, 128, args.bench_reps)
+             if args.bench_reps else None)
     llama_cpp = {**parse.parse_version(probe), "source": source_info(tools.bin_dir)}
     return {"config": {"dataset": args.dataset, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                        "threads": args.threads, "cpu_model": cpu_model(), "llama_cpp": llama_cpp,
@@ -219,11 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="treespec-llamacpp-") as tmp:
             result = measure(args, tools, models, Path(tmp))
         result["command"] = shlex.join([sys.executable, "-m", __name__, *argv])
-        if args.treespec_json:
+        for path in args.treespec_json:
             try:
-                attach_treespec(result, json.loads(Path(args.treespec_json).read_text()))
+                bench = json.loads(Path(path).read_text())
+                quant = bench["config"].get("main_quantization", "none")
+                attach_treespec(result, bench, "treespec" if "treespec" not in result else f"treespec_{quant}")
             except KeyError as exc:
-                raise ValueError(f"{args.treespec_json} is not a `treespec bench` result (no {exc})") from exc
+                raise ValueError(f"{path} is not a `treespec bench` result (no {exc})") from exc
     except (ValueError, LlamaCppError, OSError) as exc:  # FileNotFoundError is an OSError
         print(f"bench_llamacpp: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, (LlamaCppError, parse.LlamaCppOutputError)) else 2

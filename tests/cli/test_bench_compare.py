@@ -59,3 +59,16 @@ class TestMarkdown:
         table = markdown(llama_result(["a"]))
         row = next(line for line in table.splitlines() if "| 4-bit file | plain |" in line)
         assert row.endswith("| - | - | 1.00x |")
+
+    def test_quantized_main_run_gets_its_own_rows(self):
+        """A second treespec run with an int4 main model is labelled by its quantization and its ratios
+        divide by the bf16 plain run (the first one attached) and llama.cpp's 4-bit plain."""
+        r = attach_treespec(llama_result(["a"]), treespec_bench(["a"]))
+        q = treespec_bench(["a"])
+        q["config"]["main_quantization"] = "int4"
+        q["aggregate"]["spec_tokens_per_s"] = 20.0
+        table = markdown(attach_treespec(r, q, "treespec_int4"))
+        row = next(line for line in table.splitlines() if "int4 main + 0.5B draft" in line)
+        assert row.startswith("| treespec | bfloat16 act., int4 main + 0.5B draft (int4) | tree (auto) | 20.00 |")
+        assert row.endswith("| 4.00x | 2.00x |")
+        assert r["same_prompts"] is True
