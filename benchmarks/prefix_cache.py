@@ -5,8 +5,8 @@ shape, one request at a time): ``on`` with the draft and verifier prefix caches,
 without. Requests alternate on/off so machine noise hits both alike. Three scenarios:
 
 * ``multi_turn``: Spec-Bench MT-Bench questions (ids 81-160 have two turns). Turn 1 runs on
-  ``on`` (filling its cache); turn 2 = [user turn 1, assistant answer 1, user turn 2] through the
-  chat template, run on both. Target: turn-2 TTFT on <= 30% of off, identical outputs.
+  ``on`` (filling its cache; its answer ends at EOS or ``--answer-tokens``); turn 2 = [user turn
+  1, assistant answer 1, user turn 2] through the chat template, run on both. Target: turn-2 TTFT on <= 30% of off, identical outputs.
 * ``shared_system``: one ~1,500-token system prompt (Spec-Bench RAG/summarization text) with 8
   different short questions. Target: aggregate TTFT >= 3x lower with the cache.
 * ``no_share``: prompts from different Spec-Bench categories (they share only the chat
@@ -53,12 +53,13 @@ def side_by_side(on, off, rid: str, ids: list[int], max_new: int) -> dict:
     return {"id": rid, "on": a, "off": b, "identical": a["tokens"] == b["tokens"], "first_diff": first_diff}
 
 
-def multi_turn(on, off, tok, rows: list[dict], max_new: int) -> list[dict]:
+def multi_turn(on, off, tok, rows: list[dict], max_new: int, answer_tokens: int) -> list[dict]:
+    """Turn 1 answered on ``on`` (up to ``answer_tokens``, ends at EOS), then turn 2 on both engines."""
     from treespec.bench_run import run_one
     out = []
     for r in rows:
         first = [{"role": "user", "content": r["turns"][0]}]
-        answer = run_one(on, f"t1-{r['question_id']}", chat_ids(tok, first), max_new, False).tokens
+        answer = run_one(on, f"t1-{r['question_id']}", chat_ids(tok, first), answer_tokens, False).tokens
         text = tok.decode(answer, skip_special_tokens=True)
         second = first + [{"role": "assistant", "content": text}, {"role": "user", "content": r["turns"][1]}]
         out.append(side_by_side(on, off, f"mt{r['question_id']}", chat_ids(tok, second), max_new))
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", type=int, default=8, help="questions after the shared system prompt")
     ap.add_argument("--system-tokens", type=int, default=1500)
     ap.add_argument("--no-share", type=int, default=6, help="unrelated prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=64, help="multi-turn answers")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="multi-turn: turn-2 answers")
+    ap.add_argument("--answer-tokens", type=int, default=None,
+                    help="multi-turn: cap on the turn-1 answer appended to turn 2 (default: --max-new-tokens)")
     ap.add_argument("--short-new-tokens", type=int, default=24, help="shared-system and no-share answers")
     ap.add_argument("--tree-size", type=int, default=16)
     ap.add_argument("--scenarios", default="shared_system,multi_turn,no_share")
@@ -137,12 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     result = {"config": {"main": cfg.main_model_path, "draft": cfg.draft_model_path, "dtype": cfg.dtype,
                          "tree": list(tree), "max_new_tokens": args.max_new_tokens,
                          "short_new_tokens": args.short_new_tokens,
+                         "answer_tokens": args.answer_tokens or args.max_new_tokens,
                          "block_size": cfg.prefix_cache_block_size,
                          "prefix_blocks": {"verifier": on.verifier.table.prefix.blocks_total,
                                            "draft": on.draft.table.prefix.blocks_total},
                          "cpu": cpu_model(), "torch_threads": torch.get_num_threads(),
                          "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}}
-    runs = {"multi_turn": lambda: multi_turn(on, off, tok, two_turn, args.max_new_tokens),
+    answer_tokens = args.answer_tokens or args.max_new_tokens
+    runs = {"multi_turn": lambda: multi_turn(on, off, tok, two_turn, args.max_new_tokens, answer_tokens),
             "shared_system": lambda: shared_system(on, off, tok, rows, args.questions, args.system_tokens,
                                                    args.short_new_tokens),
             "no_share": lambda: no_share(on, off, tok, rows, args.no_share, args.short_new_tokens)}
