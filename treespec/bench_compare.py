@@ -77,6 +77,8 @@ def markdown(result: dict) -> str:
             dec = f"{decoding} (draft max {agg['n_draft']})" if "n_draft" in agg else decoding
             lines.append(_row("llama.cpp", weights, dec, agg, base))
     lines += treespec_rows(result, base)
+    for key, err in result.get("failed_runs", {}).items():
+        lines.append(f"\n**llama.cpp run {key} failed**: {err.strip().splitlines()[-1] if err.strip() else '?'}")
     if result.get("same_prompts") is False:
         lines.append("\n**warning: treespec and llama.cpp ran different prompts**")
     bench = result.get("llama_bench")

@@ -104,11 +104,13 @@ def plain_runs(tools: Tools, model: Path, prompts: list[dict], max_new: int) -> 
 def spec_runs(tools: Tools, model: Path, draft: Path, prompts: list[dict], max_new: int,
               draft_max: int | None) -> dict:
     """``llama-speculative-simple`` greedy (the algorithm llama-server uses with ``-md``), one process per
-    prompt; ``draft_max`` None keeps llama.cpp's default draft length. Seconds = encode + decode."""
+    prompt; ``draft_max`` None keeps llama.cpp's default draft length. Seconds = encode + decode. This
+    llama.cpp needs ``--spec-type draft-simple`` with ``-md`` (without it: "no implementations specified for
+    speculative decoding")."""
     records = []
     extra = [] if draft_max is None else ["--spec-draft-n-max", draft_max]
     for p in prompts:
-        cmd = tools.command("llama-speculative-simple", "-m", model, "-md", draft,
+        cmd = tools.command("llama-speculative-simple", "-m", model, "-md", draft, "--spec-type", "draft-simple",
                             *_greedy_args(p, max_new, tools.ctx), *extra)
         r = parse.parse_speculative(tools.run(cmd))
         r.update(id=p["id"], category=p["category"], command=shlex.join(cmd),
@@ -187,13 +189,18 @@ def measure(args: argparse.Namespace, tools: Tools, models: dict[str, Path], pro
     skip = set(filter(None, args.skip.split(",")))
     if skip - set(RUNS):
         raise ValueError(f"unknown --skip {sorted(skip - set(RUNS))}: use {', '.join(RUNS)}")
-    runs = {}
-    for label, model in (("plain-q4", models["q4"]), ("plain-bf16", models["bf16"])):
-        if label not in skip:
-            runs[label] = plain_runs(tools, model, prompts, args.max_new_tokens)
-    for label, model in (("spec-q4", models["q4"]), ("spec-bf16", models["bf16"])):
-        if label not in skip:
-            runs[label] = spec_runs(tools, model, models["draft"], prompts, args.max_new_tokens, args.draft_max)
+    todo = {"plain-q4": lambda: plain_runs(tools, models["q4"], prompts, args.max_new_tokens),
+            "plain-bf16": lambda: plain_runs(tools, models["bf16"], prompts, args.max_new_tokens),
+            "spec-q4": lambda: spec_runs(tools, models["q4"], models["draft"], prompts, args.max_new_tokens,
+                                         args.draft_max),
+            "spec-bf16": lambda: spec_runs(tools, models["bf16"], models["draft"], prompts, args.max_new_tokens,
+                                           args.draft_max)}
+    runs, failed = {}, {}
+    for label in [r for r in RUNS if r not in skip]:
+        try:
+            runs[label] = todo[label]()
+        except (LlamaCppError, parse.LlamaCppOutputError) as exc:  # one failed tool costs its row, not the run
+            failed[label] = str(exc)[-2000:]
     bench = (bench_rows(tools, [models["q4"], models["bf16"]], args.bench_prompt_tokens, 128, args.bench_reps)
              if args.bench_reps else None)
     llama_cpp = {**parse.parse_version(probe), "source": source_info(tools.bin_dir)}
@@ -201,7 +208,7 @@ def measure(args: argparse.Namespace, tools: Tools, models: dict[str, Path], pro
                        "threads": args.threads, "cpu_model": cpu_model(), "llama_cpp": llama_cpp,
                        "models": {k: str(v) for k, v in models.items()},
                        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "runs": runs, "llama_bench": bench}
+            "runs": runs, "failed_runs": failed, "llama_bench": bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,3 +149,23 @@ class TestMain:
         assert "not built by benchmarks/llamacpp.sh" in result["config"]["llama_cpp"]["source"]
         assert "| llama.cpp | 4-bit file | plain |" in capsys.readouterr().out
         assert "--limit 1" in result["command"]
+
+    def test_a_failing_tool_costs_its_row_not_the_run(self, tools, tmp_path, capsys, monkeypatch):
+        """When llama-speculative-simple exits non-zero the plain rows and llama-bench are still written,
+        the speculative rows are listed under failed_runs with the tool's message, and the table says so."""
+        gguf = tmp_path / "m.gguf"
+        gguf.write_bytes(b"GGUF")
+        stand_in(tools.bin_dir, "llama-speculative-simple",
+                 "echo 'E failed to initialize speculative decoding' >&2; exit 1")
+        monkeypatch.setattr("common.modeling.loader.load_weights_tokenizer_only", lambda *a, **k: FakeTokenizer())
+        out = tmp_path / "o.json"
+        rc = bench_llamacpp.main(["--bin", str(tools.bin_dir), "--model", str(gguf), "--draft", str(gguf),
+                                  "--bf16-model", str(gguf), "--limit", "1", "--bench-reps", "1",
+                                  "--json", str(out)])
+        assert rc == 0
+        result = json.loads(out.read_text())
+        assert set(result["runs"]) == {"plain-q4", "plain-bf16"}
+        assert set(result["failed_runs"]) == {"spec-q4", "spec-bf16"}
+        assert "failed to initialize speculative decoding" in result["failed_runs"]["spec-q4"]
+        assert result["llama_bench"]["rows"]
+        assert "llama.cpp run spec-q4 failed" in capsys.readouterr().out
