@@ -141,12 +141,16 @@ class TestGreedyLossless:
         assert out == plain["repeat"]
         assert eng.policy.lookup.accepted > 0 and len(committed) < len(out)
 
-    def test_overlap_and_lookup_off(self, echo_main, tiny_noisy_draft, plain):
-        """Draft/verify overlap with lookup, and lookup off, give the same output too."""
-        for eng in (engine(echo_main, tiny_noisy_draft, 8, 4, overlap="on"),
-                    engine(echo_main, tiny_noisy_draft, 8, 4, lookup=False)):
-            assert run_all(eng, {"repeat": (REPEAT, GREEDY), "base": (BASE, GREEDY)}) == plain
-        assert eng.policy.lookup.proposed == 0  # the lookup-off engine
+    def test_with_overlap(self, echo_main, tiny_noisy_draft, plain):
+        """Draft/verify overlap (look-ahead trees planned from mixed trees) gives the same output."""
+        eng = engine(echo_main, tiny_noisy_draft, 8, 4, overlap="on")
+        assert run_all(eng, {"repeat": (REPEAT, GREEDY), "base": (BASE, GREEDY)}) == plain
+
+    def test_lookup_off(self, echo_main, tiny_noisy_draft, plain):
+        """With prompt_lookup off nothing is proposed by lookup and the output is the same."""
+        eng = engine(echo_main, tiny_noisy_draft, 8, 4, lookup=False)
+        assert run_all(eng, {"repeat": (REPEAT, GREEDY), "base": (BASE, GREEDY)}) == plain
+        assert eng.policy.lookup.proposed == 0
 
     def test_real_draft_on_plain_model(self, tiny_main, tiny_noisy_draft):
         """With the ordinary tiny main model (which rarely copies) lookup proposes tokens,
