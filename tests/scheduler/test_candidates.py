@@ -45,10 +45,11 @@ def echo_main():
 
 
 def engine(main, draft, tree_size: int, depth: int = 4, lookup: bool = True, slots: int = 4,
-           overlap: str = "off", degraded: bool = False) -> LocalEngine:
-    """The in-process engine; ``degraded``: the draft worker is gone (lookup-only trees)."""
+           overlap: str = "off", degraded: bool = False, first: bool = False) -> LocalEngine:
+    """The in-process engine; ``degraded``: the draft worker is gone (lookup-only trees);
+    ``first``: speculate in the first round too (``speculate_first_token``)."""
     cfg = Config(tree_size=tree_size, max_accept_length=depth, overlap=overlap, max_model_len=MAX_MODEL_LEN,
-                 prompt_lookup=lookup, prompt_lookup_min_ngram=1)
+                 prompt_lookup=lookup, prompt_lookup_min_ngram=1, speculate_first_token=first)
     eng = LocalEngine(cfg, SchedulerCore(slots, 256, MAX_MODEL_LEN, {EOS}), VerifierRunner(main, slots, MAX_LEN),
                       DraftRunner(draft, slots, MAX_LEN) if draft is not None else None)
     if degraded:
@@ -168,7 +169,7 @@ class TestSamplingLossless:
         variation) of the main model's exact distribution, and lookup tokens were accepted."""
         n, kw = 192, {"top_k": 5}
         exact = _exact_tokens(echo_main, REPEAT, 2, 1.0, kw)
-        eng = engine(echo_main, tiny_noisy_draft, 4, 2, slots=64)
+        eng = engine(echo_main, tiny_noisy_draft, 4, 2, slots=64, first=True)
         params = {i: wire.SamplingParams(max_tokens=2, temperature=1.0, seed=i, **kw) for i in range(n)}
         out = run_all(eng, {f"r{i}": (REPEAT, p) for i, p in params.items()})
         counts: dict = {}
