@@ -12,6 +12,7 @@ default kernels).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -158,11 +159,18 @@ def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: T
 
 
 def _write(path: Path, plan: KernelPlan) -> None:
-    """Write atomically (temp file + rename): a crash never leaves half a plan."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically (temp file + rename): a crash never leaves half a plan. A cache that
+    cannot be written (a read-only models volume in a container) only costs the next start
+    a new probe: logged, never fatal."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(plan), indent=1))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(asdict(plan), indent=1))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        structlog.get_logger("kernels").warning("kernel plan not cached", path=str(path), error=str(exc))
 
 
 def install(model, enabled: bool, cache: Path | None, timer: Timer = measure_ms) -> KernelPlan:

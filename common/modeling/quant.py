@@ -112,6 +112,11 @@ class Int8Weight:
     q: torch.Tensor
     scales: torch.Tensor
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(N, K)`` of the matrix it stands for."""
+        return tuple(self.q.shape)
+
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + bias``: ``x`` ``[..., K]`` (``scales``'s dtype) -> ``[..., N]``."""
         shape = x.shape

@@ -76,7 +76,8 @@ class TestRender:
         for name, role in (("draft-0", "draft"), ("verifier-0", "verifier")):
             svc = services[name]
             assert svc["command"] == ["sh", "-c", base[role]["command"][2].replace("$", "$$")]
-            assert svc["volumes"] == ["models:/data/models:ro"] and "curve" in svc["secrets"]
+            assert svc["volumes"] == ["models:/data/models:ro"]
+            assert svc["secrets"] == base[role]["secrets"] == [{"source": f"curve-{role}", "target": "curve"}]
             assert svc["environment"]["TREESPEC_DEVICE"] == "cuda"
 
     def test_valid_compose(self):

@@ -66,23 +66,8 @@ class TestCurve:
     def test_router_learns_each_peers_role(self, tmp_path):
         """A pump with user_ids appends the role its key is filed under to every message."""
         transport.ensure_curve_keys(str(tmp_path))
-        ctx = zmq.Context()
-        router, auth = _pair(ctx, "tcp://127.0.0.1:*", str(tmp_path))
-        addr = router.getsockopt_string(zmq.LAST_ENDPOINT)
-        pump = transport.SocketPump(ctx, router, user_ids=True)
-        socks = {r: transport.connect_dealer(ctx, addr, str(tmp_path), cert=r) for r in ("draft", "verifier")}
-        for role, sock in socks.items():
-            sock.send(wire.encode(wire.Abort(request_id=role)))
-        got = {}
-        for _ in socks:
-            frames = pump.inbox.get(timeout=5)
-            got[transport.split_router(frames[:2])[1].request_id] = frames[2].decode()
-        assert got == {"draft": "draft", "verifier": "verifier"}
-        for s in socks.values():
-            s.close()
-        pump.close()
-        auth.stop()
-        ctx.term()
+        assert _roles_seen(str(tmp_path), {r: str(tmp_path) for r in ("draft", "verifier")}) == \
+            {"draft": "draft", "verifier": "verifier"}
 
 
 class TestBundles:
@@ -93,24 +78,9 @@ class TestBundles:
         full = transport.ensure_curve_keys(str(tmp_path / "all"))
         dirs = {s: write_bundle(str(full), s, str(tmp_path / s)) for s in ("scheduler", "draft", "verifier")}
         before = {s: sorted(d.rglob("*")) for s, d in dirs.items()}
-        ctx = zmq.Context()
-        router, auth = _pair(ctx, "tcp://127.0.0.1:*", str(dirs["scheduler"]))
-        addr = router.getsockopt_string(zmq.LAST_ENDPOINT)
-        pump = transport.SocketPump(ctx, router, user_ids=True)
-        socks = {r: transport.connect_dealer(ctx, addr, str(dirs[r]), cert=r) for r in ("draft", "verifier")}
-        for role, sock in socks.items():
-            sock.send(wire.encode(wire.Abort(request_id=role)))
-        got = {}
-        for _ in socks:
-            frames = pump.inbox.get(timeout=5)
-            got[transport.split_router(frames[:2])[1].request_id] = frames[2].decode()
+        got = _roles_seen(str(dirs["scheduler"]), {r: str(dirs[r]) for r in ("draft", "verifier")})
         assert got == {"draft": "draft", "verifier": "verifier"}
         assert {s: sorted(d.rglob("*")) for s, d in dirs.items()} == before
-        for s in socks.values():
-            s.close()
-        pump.close()
-        auth.stop()
-        ctx.term()
 
     def test_a_bundle_lacks_every_other_secret(self, tmp_path):
         """A draft's bundle holds no gateway, verifier, admin or scheduler secret key."""
@@ -136,3 +106,27 @@ class TestTorchFree:
         out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def _roles_seen(server_dir: str, client_dirs: dict[str, str]) -> dict[str, str]:
+    """Each client (role -> its key directory) sends one Abort through CURVE to a router on
+    ``server_dir``'s keys; returns request id (= the role sent) -> the role the router learnt."""
+    ctx = zmq.Context()
+    router, auth = _pair(ctx, "tcp://127.0.0.1:*", server_dir)
+    addr = router.getsockopt_string(zmq.LAST_ENDPOINT)
+    pump = transport.SocketPump(ctx, router, user_ids=True)
+    socks = {r: transport.connect_dealer(ctx, addr, d, cert=r) for r, d in client_dirs.items()}
+    try:
+        for role, sock in socks.items():
+            sock.send(wire.encode(wire.Abort(request_id=role)))
+        got = {}
+        for _ in socks:
+            frames = pump.inbox.get(timeout=5)
+            got[transport.split_router(frames[:2])[1].request_id] = frames[2].decode()
+        return got
+    finally:
+        for sock in socks.values():
+            sock.close()
+        pump.close()
+        auth.stop()
+        ctx.term()

@@ -158,9 +158,10 @@ class TestRoleBinding:
         other = keyed_dealer(deployment, "gateway")
         try:
             owner.submit("victim", [1, 2, 3], wire.SamplingParams(max_tokens=24, ignore_eos=True))
-            other.send(transport.frame(wire.Abort(request_id="victim")))
             toks, last = [], None
             for last in owner.stream("victim", 60):
+                if not toks:  # the request is known to the scheduler now (it has streamed): abort it
+                    other.send(transport.frame(wire.Abort(request_id="victim")))
                 toks += last.tokens
             assert last.finish == wire.FinishReason.LENGTH and len(toks) == 24
         finally:

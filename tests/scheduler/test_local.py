@@ -5,10 +5,6 @@ batched; sampling must follow the main model's distribution; a draft with the ma
 model's weights must have (almost) all of its top-1 chain accepted.
 """
 
-import gzip
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -250,31 +246,12 @@ def _exact_tokens(model, prompt, num_tokens, temperature, kw) -> dict:
     return out
 
 
-HUMANEVAL = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
-
-
 @pytest.mark.real
 class TestRealQwenPair:
-    def test_greedy_spec_equals_plain(self):
+    def test_greedy_spec_equals_plain(self, greedy_spec_equals_plain):
         """Qwen2.5-Coder 1.5B verified with the 0.5B draft in fp32: on 3 HumanEval prompts the
         first 32 greedy tokens of speculative decoding equal plain decoding token for token."""
         from common.modeling.loader import load_model
         main, tok = load_model("qwen2.5-coder-1.5b", "float32")
         draft, _ = load_model("qwen2.5-coder-0.5b", "float32")
-        with gzip.open(HUMANEVAL, "rt") as f:
-            prompts = [tok.encode(json.loads(line)["prompt"]) for line, _ in zip(f, range(3))]
-        params = wire.SamplingParams(max_tokens=32, ignore_eos=True)
-
-        def engine(tree_size):
-            core = SchedulerCore(1, 4, 2048, {tok.eos_token_id})
-            cfg = Config(tree_size=tree_size, max_accept_length=6, max_model_len=2048)
-            return LocalEngine(cfg, core, VerifierRunner(main, 1, 1024), DraftRunner(draft, 1, 1024))
-
-        plain_eng, spec_eng = engine(0), engine(16)
-        committed = []
-        for i, prompt in enumerate(prompts):
-            ref = plain_eng.timed_generate(f"p{i}", prompt, params)[0]
-            out, _, c = spec_eng.timed_generate(f"s{i}", prompt, params)
-            assert out == ref, (i, tok.decode(out), tok.decode(ref))
-            committed += c
-        assert sum(committed) / len(committed) > 1.5  # the real draft does get accepted
+        assert greedy_spec_equals_plain(main, draft, tok, 16, 6) > 1.5  # the real draft does get accepted

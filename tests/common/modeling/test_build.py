@@ -77,35 +77,18 @@ class TestQuantizedMain:
 @pytest.mark.real
 @pytest.mark.timeout(1500)
 class TestRealQuantizedMain:
-    @pytest.mark.parametrize("scheme", ["int8", "int4"])
-    def test_greedy_spec_equals_quantized_plain(self, scheme):
-        """Qwen2.5-Coder 1.5B built by main_model() with main_quantization int8 / int4 and fp32
-        activations (both CPU kernels take fp32), verified with the 0.5B draft (fp32): on 3
-        HumanEval prompts the first 32 greedy tokens of speculation equal the quantized
-        model's plain decoding token for token."""
-        import gzip
-        import json
-        from pathlib import Path
+    # int8 only on the real pair: with fp32 activations torch's CPU int4 kernel costs about 4 s
+    # per token for this model here (40 ms per 8960x1536 matrix at 1 row, 480 ms at 17 rows), so
+    # 3 x 32 tokens would not fit CI's time; int4 losslessness is pinned on tiny models above.
+    @pytest.mark.parametrize("scheme", ["int8"])
+    def test_greedy_spec_equals_quantized_plain(self, scheme, greedy_spec_equals_plain):
+        """Qwen2.5-Coder 1.5B built by main_model() with main_quantization int8 and fp32
+        activations (the CPU kernel takes fp32), verified with the 0.5B draft (fp32, trees of
+        4 nodes so every verify call stays on the int8 kernel): on 3 HumanEval prompts the
+        first 32 greedy tokens of speculation equal the quantized model's plain decoding
+        token for token."""
         from common.modeling.loader import load_model
         main, tok = main_model(Config(dtype="float32", main_quantization=scheme))
         assert isinstance(main.w["layers.0.qkv.weight"], KINDS[scheme])
         draft, _ = load_model("qwen2.5-coder-0.5b", "float32")
-        data = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
-        with gzip.open(data, "rt") as f:
-            prompts = [tok.encode(json.loads(line)["prompt"]) for line, _ in zip(f, range(3))]
-        params = wire.SamplingParams(max_tokens=32, ignore_eos=True)
-
-        def real_engine(tree_size):
-            core = SchedulerCore(1, 4, 2048, {tok.eos_token_id})
-            cfg = Config(tree_size=tree_size, max_accept_length=6, max_model_len=2048)
-            return LocalEngine(cfg, core, VerifierRunner(main, 1, 1024),
-                               DraftRunner(draft, 1, 1024) if tree_size else None)
-
-        plain_eng, spec_eng = real_engine(0), real_engine(16)
-        committed = []
-        for i, prompt in enumerate(prompts):
-            ref = plain_eng.timed_generate(f"p{i}", prompt, params)[0]
-            out, _, c = spec_eng.timed_generate(f"s{i}", prompt, params)
-            assert out == ref, (i, tok.decode(out), tok.decode(ref))
-            committed += c
-        assert sum(committed) / len(committed) > 1.5  # the draft does get accepted
+        assert greedy_spec_equals_plain(main, draft, tok, 4, 4) > 1.5  # the draft does get accepted

@@ -121,6 +121,16 @@ class TestCache:
         plan = make_plan(m.w, m.head_weight, m.spec.num_layers, tmp_path, fake_timer([]))
         assert plan.source == "probe" and json.loads(path.read_text())["ladders"]
 
+    def test_unwritable_cache_dir_still_starts(self, tmp_path):
+        """A cache directory that cannot be written (a read-only models volume in a
+        container; here a path under a regular file) still gives a measured plan: the write
+        failure is logged, not raised."""
+        blocker = tmp_path / "models"
+        blocker.write_text("a file, not a directory")
+        m = _model()
+        plan = make_plan(m.w, m.head_weight, m.spec.num_layers, blocker / "kernel-plans", fake_timer([]))
+        assert plan.source == "probe" and plan.ladders and blocker.read_text() == "a file, not a directory"
+
 
 class TestProbeOff:
     def test_fp32_model_times_nothing(self, tmp_path):
