@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--short-new-tokens", type=int, default=24, help="shared-system and no-share answers")
     ap.add_argument("--tree-size", type=int, default=16)
     ap.add_argument("--scenarios", default="shared_system,multi_turn,no_share")
+    ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: the config's)")
     ap.add_argument("--config", default=None)
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
@@ -125,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     from common.modeling.build import load_pair
     from treespec.engine import make_engine
     from treespec.bench import write_json
-    cfg = load_config(args.config, {"tree_size": args.tree_size, "prefix_cache": True})
-    off_cfg = load_config(args.config, {"tree_size": args.tree_size, "prefix_cache": False})
+    over = {"tree_size": args.tree_size} | ({"dtype": args.dtype} if args.dtype else {})
+    cfg = load_config(args.config, over | {"prefix_cache": True})
+    off_cfg = load_config(args.config, over | {"prefix_cache": False})
     main_m, draft, tok = load_pair(cfg)
     tree = (args.tree_size, cfg.max_accept_length)
     on, off = (make_engine(c, main_m, draft, tok, 1, tree) for c in (cfg, off_cfg))

@@ -7,9 +7,14 @@ that strip. Sharing pages between strips would need a block table in both attent
 Instead retained KV lives in a separate pool ``[layers, blocks, B, kv_heads, head_dim]``:
 
 * ``store`` copies the full B-token blocks of a sequence's committed rows into the pool,
-  keyed by the chained hash of the token prefix (``common.prefix_hash``);
-* ``load`` finds the longest chain of cached blocks matching a new prompt and copies it into
-  the new sequence's slot rows ``[0, n*B)``; only the rest is prefilled.
+  keyed by the chained hash of the token prefix (``common.prefix_hash``), then its last
+  partial block (fewer than B tokens: the tail of a prompt or of a finished answer);
+* ``load`` finds the longest chain of cached full blocks matching a new prompt, then the
+  child of that chain sharing the most leading tokens with the prompt's next tokens (a
+  partial tail, or a full block the prompt leaves mid-block), and copies those
+  ``n*B + k`` rows into the new sequence's slot; only the rest is prefilled. Matching at
+  token granularity after the last full block is what SGLang's radix tree gives; without it
+  a second chat turn re-prefills on average half a block of the first turn's answer.
 
 A running sequence never references a pool block after its copy, so tree rows and the
 commit can never write into shared KV (copy-on-reuse: the write-isolation holds by
@@ -39,9 +44,10 @@ from common.prefix_hash import ROOT_KEY, block_keys
 
 @dataclass(frozen=True)
 class _Block:
+    key: int  # chained hash of the prefix up to this block's end
     index: int  # row of the pool tensors
     parent: int  # key of the previous block (ROOT_KEY for block 0)
-    tokens: tuple[int, ...]
+    tokens: tuple[int, ...]  # block_size tokens, fewer for a partial tail block
 
 
 class PrefixCache:
@@ -62,6 +68,7 @@ class PrefixCache:
         self.v = torch.empty(shape, dtype=cache.v.dtype, device=cache.v.device)
         self.block_size = block_size
         self._index: OrderedDict[int, _Block] = OrderedDict()  # key -> block, least recent first
+        self._children: dict[int, set[int]] = {}  # parent key -> keys of its cached children
         self._free = list(range(blocks - 1, -1, -1))
         self.queries = self.hits = 0
 
@@ -94,28 +101,49 @@ class PrefixCache:
 
     def load(self, cache: KVCache, slot: int, tokens: list[int]) -> int:
         """Copy the longest cached prefix of ``tokens`` into ``slot`` (length 0) and set its
-        length; returns the tokens reused (a multiple of block_size, at most
-        ``len(tokens) - 1``: the last token is always computed, its hidden state is needed).
-        Counts ``queries`` / ``hits``."""
+        length; returns the tokens reused: full blocks, then the leading tokens of the best
+        matching child block (at most ``len(tokens) - 1``: the last token is always computed,
+        its hidden state is needed). Counts ``queries`` / ``hits``. Raises ValueError when
+        the slot is not empty."""
         if cache.lengths[slot] != 0:
             raise ValueError(f"slot {slot} must be empty to load a prefix, holds {cache.lengths[slot]}")
-        chain = self.match(tokens, len(tokens) - 1)
+        limit = len(tokens) - 1
+        chain = self.match(tokens, limit)
         n = len(chain) * self.block_size
+        idx = torch.tensor([b.index for b in chain], device=self.k.device, dtype=torch.long)
+        L, _, B, kvh, d = self.k.shape
+        cache.k[:, slot, :n] = self.k[:, idx].reshape(L, n, kvh, d)
+        cache.v[:, slot, :n] = self.v[:, idx].reshape(L, n, kvh, d)
+        parent = chain[-1].key if chain else ROOT_KEY
+        key, k = self._best_child(parent, tokens[n:limit])
+        if k:  # copy on reuse: the sequence writes its own rows from n + k on
+            row = self._index[key].index
+            cache.k[:, slot, n:n + k] = self.k[:, row, :k]
+            cache.v[:, slot, n:n + k] = self.v[:, row, :k]
+            self._touch([b.key for b in chain] + [key])  # parents stay more recent
+            n += k
+        cache.lengths[slot] = n
         self.queries += len(tokens)
         self.hits += n
-        if n:
-            idx = torch.tensor([b.index for b in chain], device=self.k.device)
-            L, _, _, kvh, d = self.k.shape
-            cache.k[:, slot, :n] = self.k[:, idx].reshape(L, n, kvh, d)
-            cache.v[:, slot, :n] = self.v[:, idx].reshape(L, n, kvh, d)
-            cache.lengths[slot] = n
         return n
 
+    def _best_child(self, parent: int, tokens: list[int]) -> tuple[int, int]:
+        """(key, k): the cached child of ``parent`` whose first ``k`` tokens equal
+        ``tokens[:k]`` with the largest ``k`` (k = 0 when none shares a first token)."""
+        best = (ROOT_KEY, 0)
+        for key in self._children.get(parent, ()):
+            have = self._index[key].tokens
+            k = next((i for i, (a, b) in enumerate(zip(have, tokens)) if a != b), min(len(have), len(tokens)))
+            if k > best[1]:
+                best = (key, k)
+        return best
+
     def store(self, cache: KVCache, slot: int, tokens: list[int]) -> int:
-        """Retain the full blocks of ``tokens`` — the committed tokens of ``slot``, whose KV
-        is in rows ``[0, len(tokens))`` — evicting least recently used blocks when the pool
-        is full. Returns the number of blocks copied in (blocks already cached are only
-        refreshed). Raises ValueError when the slot does not hold that many rows."""
+        """Retain the blocks of ``tokens`` — the committed tokens of ``slot``, whose KV is in
+        rows ``[0, len(tokens))`` — full blocks first, then the last partial block, evicting
+        least recently used blocks when the pool is full. Returns the number of blocks
+        copied in (blocks already cached are only refreshed). Raises ValueError when the
+        slot does not hold that many rows."""
         if len(tokens) > cache.lengths[slot]:
             raise ValueError(f"slot {slot} holds {cache.lengths[slot]} rows, cannot store {len(tokens)} tokens")
         B = self.block_size
@@ -132,23 +160,58 @@ class PrefixCache:
                 if index is None:
                     keys = keys[:j]
                     break
-                self._index[key] = _Block(index, parent, block_tokens)
+                self._insert(_Block(key, index, parent, block_tokens))
                 new.append((j, index))
             parent = key
-        if new:
-            L, _, _, kvh, d = self.k.shape
-            src = torch.tensor([j for j, _ in new], device=self.k.device)
-            dst = torch.tensor([i for _, i in new], device=self.k.device)
-            rows = len(keys) * B
-            self.k[:, dst] = cache.k[:, slot, :rows].reshape(L, len(keys), B, kvh, d)[:, src]
-            self.v[:, dst] = cache.v[:, slot, :rows].reshape(L, len(keys), B, kvh, d)[:, src]
-        self._touch(keys)
-        return len(new)
+        for j, index in new:
+            self._copy_in(cache, slot, j * B, index, B)
+        tail, stored = tokens[len(keys) * B:], len(new)
+        if len(keys) == len(tokens) // B and tail:
+            stored += self._store_tail(cache, slot, len(keys) * B, parent, tail, protect)
+        self._touch(keys)  # after the tail: each parent ends more recent than its children
+        return stored
+
+    def _store_tail(self, cache: KVCache, slot: int, start: int, parent: int, tail: list[int],
+                    protect: set[int]) -> int:
+        """Retain the partial block ``tail`` (slot rows ``[start, start + len(tail))``, 1..B-1
+        tokens after the full blocks ending in ``parent``) unless a cached sibling already
+        starts with it; returns the blocks copied in (0 or 1)."""
+        key, k = self._best_child(parent, tail)
+        if k == len(tail):
+            self._touch([key])
+            return 0
+        index = self._take(protect)
+        if index is None:
+            return 0
+        self._insert(_Block(hash((parent, tuple(tail))), index, parent, tuple(tail)))
+        self._copy_in(cache, slot, start, index, len(tail))
+        return 1
+
+    def _copy_in(self, cache: KVCache, slot: int, start: int, index: int, rows: int) -> None:
+        """Pool block ``index`` rows [0, rows) <- slot rows [start, start + rows)."""
+        self.k[:, index, :rows] = cache.k[:, slot, start:start + rows]
+        self.v[:, index, :rows] = cache.v[:, slot, start:start + rows]
+
+    def _insert(self, blk: _Block) -> None:
+        """Index a block (most recently used); a partial sibling it extends is dropped."""
+        siblings = self._children.setdefault(blk.parent, set())
+        for key in [k for k in siblings if len(self._index[k].tokens) < len(blk.tokens)
+                    and blk.tokens[:len(self._index[k].tokens)] == self._index[k].tokens]:
+            self._free.append(self._drop(key))
+        self._index[blk.key] = blk
+        siblings.add(blk.key)
+
+    def _drop(self, key: int) -> int:
+        """Remove a block from the index; returns its pool row (the caller frees or reuses it)."""
+        blk = self._index.pop(key)
+        self._children.get(blk.parent, set()).discard(key)
+        return blk.index
 
     def clear(self) -> None:
         """Drop every cached block (counters are kept)."""
         self._free.extend(b.index for b in self._index.values())
         self._index.clear()
+        self._children.clear()
 
     def _take(self, protect: set[int]) -> int | None:
         """A free pool row, evicting the least recently used block outside ``protect``."""
@@ -157,7 +220,7 @@ class PrefixCache:
         victim = next((k for k in self._index if k not in protect), None)
         if victim is None:
             return None
-        return self._index.pop(victim).index
+        return self._drop(victim)
 
     def _touch(self, keys: list[int]) -> None:
         """Mark a chain most recently used, child first, so each parent ends more recent."""

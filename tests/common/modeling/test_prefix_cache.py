@@ -25,40 +25,45 @@ def _committed(cache, tokens):
 
 class TestLoad:
     def test_copies_stored_rows(self):
-        """A prompt sharing 9 tokens with a stored sequence gets its first 2 blocks (8 rows) copied
-        in, equal to the stored rows in every layer, and its length set to 8."""
+        """A prompt sharing 9 tokens with a stored 13-token sequence (3 full blocks + a 1-token
+        tail) gets 2 full blocks plus the first row of the third copied in, equal to the stored
+        rows in every layer, and its length set to 9."""
         c = _cache()
         pc = PrefixCache(c, blocks=8, block_size=B)
         src = list(range(100, 113))
         pc.store(c, _committed(c, src), src)
-        assert pc.blocks_used == 3
+        assert pc.blocks_used == 4
         dst = c.allocate()
         n = pc.load(c, dst, src[:9] + [7, 7, 7])
-        assert n == 8 and c.lengths[dst] == 8
+        assert n == 9 and c.lengths[dst] == 9
         for layer in range(2):
-            assert c.k[layer, dst, :8, 0, 0].tolist() == src[:8]
-            assert c.v[layer, dst, :8, 0, 0].tolist() == [-t for t in src[:8]]
-        assert (pc.queries, pc.hits) == (12, 8)
+            assert c.k[layer, dst, :9, 0, 0].tolist() == src[:9]
+            assert c.v[layer, dst, :9, 0, 0].tolist() == [-t for t in src[:9]]
+        assert (pc.queries, pc.hits) == (12, 9)
 
     def test_keeps_last_token_to_compute(self):
-        """A prompt equal to a cached block boundary (8 tokens) reuses only 4: its last token must
-        be prefilled (its hidden state starts decoding)."""
+        """A prompt equal to a cached 8-token prefix reuses 7 tokens: its last token must be
+        prefilled (its hidden state starts decoding)."""
         c = _cache()
         pc = PrefixCache(c, blocks=8, block_size=B)
         src = list(range(100, 112))
         pc.store(c, _committed(c, src), src)
-        assert pc.load(c, c.allocate(), src[:8]) == 4
+        assert pc.load(c, c.allocate(), src[:8]) == 7
         assert pc.load(c, c.allocate(), src[:9]) == 8
 
-    def test_miss_and_divergent_first_block(self):
-        """Nothing is reused when the first block differs; the slot stays empty."""
+    def test_divergent_first_block_reuses_its_shared_tokens(self):
+        """A prompt leaving the first cached block after 3 tokens reuses exactly those 3 rows;
+        one differing in its first token reuses nothing and its slot stays empty."""
         c = _cache()
         pc = PrefixCache(c, blocks=8, block_size=B)
         src = list(range(100, 112))
         pc.store(c, _committed(c, src), src)
         dst = c.allocate()
-        assert pc.load(c, dst, [100, 101, 102, 0] + src[4:]) == 0
-        assert c.lengths[dst] == 0
+        assert pc.load(c, dst, [100, 101, 102, 0] + src[4:]) == 3
+        assert c.k[0, dst, :3, 0, 0].tolist() == [100, 101, 102]
+        other = c.allocate()
+        assert pc.load(c, other, [1] + src[1:]) == 0
+        assert c.lengths[other] == 0
 
     def test_slot_must_be_empty(self):
         """Loading into a slot that already holds rows is refused."""
@@ -66,6 +71,45 @@ class TestLoad:
         pc = PrefixCache(c, blocks=8, block_size=B)
         with pytest.raises(ValueError):
             pc.load(c, _committed(c, [1, 2]), [1, 2, 3])
+
+
+class TestPartialTail:
+    def test_tail_of_finished_sequence_is_reused(self):
+        """The rows of a stored sequence's last partial block (a chat answer's end) are reused by
+        a next turn that continues it: 2 full blocks + 3 tail rows."""
+        c = _cache()
+        pc = PrefixCache(c, blocks=8, block_size=B)
+        turn1 = list(range(100, 111))  # 2 blocks + 3-token tail
+        pc.store(c, _committed(c, turn1), turn1)
+        dst = c.allocate()
+        assert pc.load(c, dst, turn1 + [5, 6, 7]) == 11
+        assert c.k[1, dst, :11, 0, 0].tolist() == turn1
+
+    def test_longer_tail_replaces_its_prefix(self):
+        """Storing a longer tail under the same blocks drops the shorter tail it extends (one
+        block, not two), and a tail already covered by a cached block is not stored again."""
+        c = _cache()
+        pc = PrefixCache(c, blocks=8, block_size=B)
+        seq = list(range(100, 107))  # 1 block + 3-token tail
+        slot = _committed(c, seq)
+        assert pc.store(c, slot, seq[:5]) == 2  # block + 1-token tail
+        assert pc.store(c, slot, seq) == 1  # the 3-token tail replaces the 1-token one
+        assert pc.blocks_used == 2
+        assert pc.store(c, slot, seq[:6]) == 0  # covered by the 3-token tail
+
+    def test_reuse_never_aliases_the_pool(self):
+        """Rows a sequence writes after its reused prefix (a tree, a commit) leave the pool
+        block it copied from unchanged: copy on reuse."""
+        c = _cache()
+        pc = PrefixCache(c, blocks=8, block_size=B)
+        src = list(range(100, 106))
+        pc.store(c, _committed(c, src), src)
+        dst = c.allocate()
+        assert pc.load(c, dst, src[:5] + [9, 9]) == 5
+        c.k[:, dst, 5:8] = -1.0  # the new sequence writes over the rest of the block
+        again = c.allocate()
+        assert pc.load(c, again, src + [1]) == 6
+        assert c.k[0, again, :6, 0, 0].tolist() == src
 
 
 class TestEviction:
