@@ -2,8 +2,10 @@
 
 Where: when a round's draft trees are turned into VerifySteps (``RoundDriver._start_verify``),
 so every round gets them: rounds with a draft-model tree (fresh or an overlap guess), and
-rounds without one (the policy chose 0 draft nodes, or no draft worker is present:
-degraded). The candidates come from ``common.lookup.find_candidates`` over the sequence's
+rounds without one (the policy chose 0 draft nodes, no draft worker is present:
+degraded, or a sequence's first round, which verifies the prompt alone unless
+``speculate_first_token``: lookup costs no draft compute, so it rides along with that
+prefill and the draft model still stays off the time to first token). The candidates come from ``common.lookup.find_candidates`` over the sequence's
 committed tokens (prompt + output) and are merged with ``common.tree.graft``: the tree's
 own nodes keep their indices, new nodes are appended, children stay distinct tokens.
 
