@@ -21,6 +21,8 @@ FLAG_KEYS = {  # flag dest -> config key
     "device": "device",
     "dtype": "dtype",
     "main_quantization": "main_quantization",
+    "prompt_lookup": "prompt_lookup",
+    "prompt_lookup_num_tokens": "prompt_lookup_num_tokens",
 }
 
 
@@ -37,6 +39,8 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu | cuda | cuda:N")
     parser.add_argument("--dtype", help="float32 | bfloat16 | float16")
     parser.add_argument("--main-quantization", help="none | int8 | int4: weight-only main model (CPU)")
+    parser.add_argument("--prompt-lookup", help="on | off: prompt-lookup (n-gram) candidates in the draft tree")
+    parser.add_argument("--prompt-lookup-num-tokens", type=int, help="most prompt-lookup tree nodes per round")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any other config key (repeatable)")
 

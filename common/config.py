@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 ENV_PREFIX = "TREESPEC_"
 AUTO = "auto"
+MAX_LOOKUP_NGRAM = 64  # prompt_lookup_max_ngram bound (tokens)
+MAX_LOOKUP_TOKENS = 256  # prompt_lookup_num_tokens bound (tree nodes)
 
 
 class ConfigError(ValueError):
@@ -44,6 +46,10 @@ class Config:
     # main model's prefill alone, so the draft's prefill is not in the time to first token.
     speculate_first_token: bool = False
     kernel_probe: bool = True  # time matmul kernels on the loaded weights at start, use the fastest (CPU)
+    prompt_lookup: bool = True  # prompt-lookup (n-gram) candidates join the draft tree (common/lookup.py)
+    prompt_lookup_max_ngram: int = 4  # longest suffix n-gram searched for in the sequence
+    prompt_lookup_min_ngram: int = 2  # shortest suffix n-gram that counts as a match
+    prompt_lookup_num_tokens: int = 8  # most lookup tokens added to one sequence's tree per round
     overlap: str = AUTO  # draft/verify overlap: auto (on when draft and verifier have separate accelerators) | on | off
     host: str = "127.0.0.1"  # where the gateway's HTTP port and every service's probe port listen
     port: int = 8000
@@ -106,6 +112,9 @@ def _validate(cfg: Config) -> None:
         "draft_quantization": cfg.draft_quantization in ("int4", "none"),
         "main_quantization": cfg.main_quantization in ("none", "int8", "int4"),
         "overlap": cfg.overlap in (AUTO, "on", "off"),
+        "prompt_lookup_max_ngram": 1 <= cfg.prompt_lookup_max_ngram <= MAX_LOOKUP_NGRAM,
+        "prompt_lookup_min_ngram": 1 <= cfg.prompt_lookup_min_ngram <= cfg.prompt_lookup_max_ngram,
+        "prompt_lookup_num_tokens": 1 <= cfg.prompt_lookup_num_tokens <= MAX_LOOKUP_TOKENS,
         "draft_replicas": cfg.draft_replicas >= 1,
         "verifier_replicas": cfg.verifier_replicas >= 1,
         "draft_vocab_size": cfg.draft_vocab_size >= 0,

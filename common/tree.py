@@ -154,3 +154,47 @@ def subtree(tree: TokenTree, keep: np.ndarray) -> TokenTree:
         remap[int(old)] = new
     parents = [remap[int(tree.parents[o])] for o in keep]
     return TokenTree.build(tree.tokens[keep], parents, tree.scores[keep])
+
+
+def graft(tree: TokenTree, paths: list[list[int]], max_new: int, max_depth: int,
+          step_logprob: float = 0.0) -> tuple[TokenTree, list[list[int]]]:
+    """Merge token ``paths`` (each a chain hanging below the root) into ``tree``.
+
+    Each path is walked from the root: where its token equals an existing child of the
+    current node the walk descends into it, otherwise a new child is appended. So the
+    children of every node stay distinct tokens (what the acceptance walk needs) and the
+    tree's own nodes keep their indices: new nodes get indices ``>= len(tree)`` and the
+    result stays topologically ordered. A path stops at depth ``max_depth`` or when
+    ``max_new`` nodes have been added (paths earlier in the list have priority). A new
+    node's score is its parent's plus ``step_logprob`` (the estimated log-probability
+    that one such token is accepted).
+
+    Returns:
+        (merged tree, per path the node indices it occupies, root side first).
+    Raises:
+        ValueError: ``max_new`` or ``max_depth`` negative.
+    """
+    if max_new < 0 or max_depth < 0:
+        raise ValueError(f"graft needs max_new >= 0 and max_depth >= 0, got {max_new}, {max_depth}")
+    tokens, parents, scores = tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist()
+    child: dict[tuple[int, int], int] = {}
+    for i in range(len(tokens)):
+        child.setdefault((parents[i], tokens[i]), i)
+    added, placed = 0, []
+    for path in paths:
+        node, nodes = ROOT, []
+        for tok in path[:max_depth]:
+            nxt = child.get((node, int(tok)))
+            if nxt is None:
+                if added >= max_new:
+                    break
+                nxt = len(tokens)
+                tokens.append(int(tok))
+                parents.append(node)
+                scores.append((scores[node] if node != ROOT else 0.0) + step_logprob)
+                child[(node, int(tok))] = nxt
+                added += 1
+            nodes.append(nxt)
+            node = nxt
+        placed.append(nodes)
+    return TokenTree.build(tokens, parents, scores), placed

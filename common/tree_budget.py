@@ -5,6 +5,10 @@ workers (KV headroom) and the in-process engine all read it from the same Config
 * ``size``: nodes per tree. ``tree_size`` N forces N (0 = plain decoding); ``auto`` lets
   the policy (``services/scheduler/tree_policy.py``) choose up to ``AUTO_MAX_NODES``.
 * ``depth``: levels, at most ``max_accept_length`` and never more than the size.
+* ``lookup_nodes``: prompt-lookup nodes (``common/lookup.py``) a round may graft onto a
+  sequence's draft tree on top of ``size`` (``prompt_lookup_num_tokens``; 0 when
+  ``prompt_lookup`` is off or ``tree_size`` is 0: plain decoding proposes nothing). Lookup
+  paths may reach ``max_depth`` even when the round's draft tree is shallower.
 * look-ahead (draft/verify overlap) trees: ``GUESS_SIZE_FACTOR`` x the round's size
   (capped at ``MAX_GUESS_SIZE``), ``GUESS_EXTRA_DEPTH`` levels deeper.
 * KV headroom past ``max_model_len``: the verifier writes one row per tree node; the draft
@@ -33,15 +37,20 @@ class TreeBudget:
 
     size: int | None
     max_depth: int
+    lookup_nodes: int = 0
 
     def __post_init__(self) -> None:
-        if (self.size is not None and self.size < 0) or self.max_depth < 1:
-            raise ValueError(f"invalid tree budget: size {self.size}, max_depth {self.max_depth}")
+        if (self.size is not None and self.size < 0) or self.max_depth < 1 or self.lookup_nodes < 0:
+            raise ValueError(f"invalid tree budget: size {self.size}, max_depth {self.max_depth}, "
+                             f"lookup_nodes {self.lookup_nodes}")
 
     @classmethod
     def from_config(cls, cfg: Config) -> "TreeBudget":
-        """``tree_size`` (``auto`` or nodes) and ``max_accept_length`` (levels)."""
-        return cls(None if cfg.tree_size == AUTO else int(cfg.tree_size), cfg.max_accept_length)
+        """``tree_size`` (``auto`` or nodes), ``max_accept_length`` (levels) and the
+        prompt-lookup nodes (``prompt_lookup_num_tokens`` when ``prompt_lookup`` is on)."""
+        size = None if cfg.tree_size == AUTO else int(cfg.tree_size)
+        lookup = cfg.prompt_lookup_num_tokens if cfg.prompt_lookup and size != 0 else 0
+        return cls(size, cfg.max_accept_length, lookup)
 
     @property
     def auto(self) -> bool:
@@ -54,8 +63,13 @@ class TreeBudget:
 
     @property
     def max_nodes(self) -> int:
-        """Most nodes any round asks for."""
+        """Most nodes any round asks the draft model for."""
         return AUTO_MAX_NODES if self.size is None else self.size
+
+    @property
+    def max_verify_nodes(self) -> int:
+        """Most nodes of a tree sent to the verifier: draft nodes plus grafted lookup nodes."""
+        return self.max_nodes + self.lookup_nodes
 
     def default_shape(self) -> tuple[int, int]:
         """(nodes, depth) before anything is measured; (0, 0) = plain decoding."""
@@ -77,4 +91,4 @@ class TreeBudget:
         """KV rows a worker keeps free past ``max_model_len`` for the tree in flight."""
         chains = min(self.max_nodes * GUESS_SIZE_FACTOR, MAX_GUESS_SIZE)
         draft_rows = (self.max_depth + GUESS_EXTRA_DEPTH) * DRAFT_WIDTH + self.max_depth + chains
-        return max(MIN_KV_HEADROOM, self.max_nodes, draft_rows)
+        return max(MIN_KV_HEADROOM, self.max_verify_nodes, draft_rows)

@@ -266,6 +266,8 @@ class Stats(msgspec.Struct, tag="stats", frozen=True, kw_only=True):
     overlap: bool = False  # overlap on now
     epoch: str = ""  # the scheduler instance: a gateway seeing it change ends its in-flight streams
     plain_steps: int = 0  # sequence-rounds verified without a draft tree while speculation is on
+    lookup_proposed: int = 0  # prompt-lookup tokens placed in verified trees ...
+    lookup_accepted: int = 0  # ... and accepted by the main model
     v: int = PROTOCOL_VERSION
 
 

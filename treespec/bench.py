@@ -20,6 +20,8 @@ from pathlib import Path
 
 from common.config import ConfigError, load_config
 
+NO_LOOKUP = "spec-no-lookup"  # --baseline: speculation with prompt lookup off
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
@@ -27,7 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--limit", type=int, default=None, help="number of prompts (spec_bench: spread over categories)")
     a("--max-new-tokens", type=int, default=128)
     a("--json", required=True, help="output JSON path")
-    a("--baseline", default="", help="comma list: hf-assisted, hf-plain")
+    a("--baseline", default="", help="comma list: hf-assisted, hf-plain, spec-no-lookup (speculation with "
+                                     "prompt lookup off, interleaved with the other runs)")
     a("--tree-size", default=None, help="tree nodes for the spec run (default: config, 'auto')")
     a("--tree-sizes", default="", help="also sweep these tree sizes, e.g. 1,4,8,16,32,64,128")
     a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8")
@@ -70,19 +73,20 @@ def run(args: argparse.Namespace) -> int:
         prompts = load_prompts(args.dataset, args.limit)
         sizes, conc = _ints(args.tree_sizes), _ints(args.concurrency)
         baselines = [b for b in args.baseline.split(",") if b]
-        bad = [b for b in baselines if b not in ("hf-assisted", "hf-plain")]
+        bad = [b for b in baselines if b not in ("hf-assisted", "hf-plain", NO_LOOKUP)]
         if bad:
-            raise ConfigError(f"unknown --baseline {bad[0]!r}: use hf-assisted and/or hf-plain")
+            raise ConfigError(f"unknown --baseline {bad[0]!r}: use hf-assisted, hf-plain and/or {NO_LOOKUP}")
         if args.max_new_tokens < 1:
             raise ConfigError("--max-new-tokens must be at least 1")
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     from treespec.bench_suite import Suite
-    suite = Suite(cfg, prompts, args.max_new_tokens, max(conc or [1]), args.ignore_eos)
+    suite = Suite(cfg, prompts, args.max_new_tokens, max(conc or [1]), args.ignore_eos, NO_LOOKUP in baselines)
     result = suite.compare()
-    if baselines:
-        result["aggregate"].update(suite.hf_baselines(baselines, result["records"]))
+    hf = [b for b in baselines if b != NO_LOOKUP]
+    if hf:
+        result["aggregate"].update(suite.hf_baselines(hf, result["records"]))
     if sizes:
         result["tree_size_sweep"] = suite.sweep(sizes)
     if conc:

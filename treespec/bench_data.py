@@ -44,8 +44,9 @@ def _spec_bench(path: Path) -> list[Prompt]:
 
 
 def load_prompts(dataset: str, limit: int | None, data_dir: Path = DATA_DIR) -> list[Prompt]:
-    """``humaneval``, ``spec_bench`` or ``spec_bench:<category>``; with ``limit`` on
-    spec_bench (all categories) the prompts are spread evenly over the six categories.
+    """``humaneval``, ``spec_bench`` or ``spec_bench:<category>[,<category>...]``; with
+    ``limit`` on several spec_bench categories (default all six) the prompts are spread
+    evenly over them.
 
     Raises ValueError naming an unknown dataset or category, FileNotFoundError if missing.
     """
@@ -54,13 +55,17 @@ def load_prompts(dataset: str, limit: int | None, data_dir: Path = DATA_DIR) -> 
         prompts = _humaneval(data_dir / "humaneval" / "HumanEval.jsonl.gz")
     elif name == "spec_bench":
         prompts = _spec_bench(data_dir / "spec_bench" / "question.jsonl")
-        if category:
-            if category not in SPEC_BENCH_CATEGORIES:
-                raise ValueError(f"unknown spec_bench category {category!r}; one of {SPEC_BENCH_CATEGORIES}")
-            prompts = [p for p in prompts if p.category == category]
+        cats = [c for c in category.split(",") if c] or list(SPEC_BENCH_CATEGORIES)
+        bad = [c for c in cats if c not in SPEC_BENCH_CATEGORIES]
+        if bad:
+            raise ValueError(f"unknown spec_bench category {bad[0]!r}; one of {SPEC_BENCH_CATEGORIES}")
+        if len(cats) == 1:
+            prompts = [p for p in prompts if p.category == cats[0]]
         elif limit:
-            per = max(1, limit // len(SPEC_BENCH_CATEGORIES))
-            prompts = [p for c in SPEC_BENCH_CATEGORIES for p in [q for q in prompts if q.category == c][:per]]
+            per = max(1, limit // len(cats))
+            prompts = [p for c in cats for p in [q for q in prompts if q.category == c][:per]]
+        else:
+            prompts = [p for p in prompts if p.category in cats]
     elif Path(dataset).exists():
         prompts = [Prompt(str(i), "file", line, True)
                    for i, line in enumerate(Path(dataset).read_text().splitlines()) if line.strip()]

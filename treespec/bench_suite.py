@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import time
+from dataclasses import replace
 
 import torch
 from tqdm import tqdm
@@ -19,22 +20,27 @@ from treespec.generate import encode_prompt
 class Suite:
     """Plain vs speculative runs over the same prompts with one loaded (main, draft) pair."""
 
-    def __init__(self, cfg: Config, prompts, max_new: int, slots: int, ignore_eos: bool = False) -> None:
+    def __init__(self, cfg: Config, prompts, max_new: int, slots: int, ignore_eos: bool = False,
+                 no_lookup: bool = False) -> None:
         self.cfg, self.prompts, self.max_new, self.slots = cfg, prompts, max_new, slots
         self.ignore_eos = ignore_eos
+        self.no_lookup = no_lookup  # also run speculation with prompt lookup off, interleaved
         self.main, self.draft, self.tok = load_pair(cfg)
         self.ids = [encode_prompt(self.tok, p.text, p.chat) for p in prompts]
         self.auto = cfg.tree_size == AUTO
         self.costs = measure_costs(self.main, self.draft) if self.auto else None
         self.tree = None if self.auto else TreeBudget.from_config(cfg).default_shape()
 
-    def _engine(self, tree: tuple[int, int] | None, slots: int = 1):
-        """tree None = the tree_size "auto" policy (measured costs, online acceptance)."""
-        return make_engine(self.cfg, self.main, self.draft, self.tok, slots, tree, self.costs)
+    def _engine(self, tree: tuple[int, int] | None, slots: int = 1, lookup: bool = True):
+        """tree None = the tree_size "auto" policy (measured costs, online acceptance);
+        ``lookup`` False turns prompt lookup off (else as configured)."""
+        cfg = self.cfg if lookup else replace(self.cfg, prompt_lookup=False)
+        return make_engine(cfg, self.main, self.draft, self.tok, slots, tree, self.costs)
 
     def compare(self) -> dict:
         """Each prompt: plain greedy (recording logit gaps), then speculative greedy."""
         plain, spec = self._engine((0, 0)), self._engine(self.tree)
+        bare = self._engine(self.tree, lookup=False) if self.no_lookup else None
         records = []
         for i, (p, ids) in enumerate(tqdm(list(zip(self.prompts, self.ids)), desc="plain vs spec", unit="prompt")):
             a = run_one(plain, f"p{i}", ids, self.max_new, False, self.ignore_eos)
@@ -47,9 +53,12 @@ class Suite:
             records.append({"id": p.id, "category": p.category, "prompt_tokens": len(ids),
                             "plain": a.summary(), "spec": b.summary(), "identical": a.tokens == b.tokens,
                             "divergence": div})
-        core = spec.core
+            if bare is not None:
+                c = run_one(bare, f"n{i}", ids, self.max_new, False, self.ignore_eos)
+                records[-1].update(spec_no_lookup=c.summary(), identical_no_lookup=c.tokens == b.tokens)
+        aggregate = {**self._aggregate(records, spec.core), **lookup_summary(records, spec.policy.lookup)}
         return {"config": self._describe(), "records": records, "timeline": lines,
-                "aggregate": self._aggregate(records, core), "by_category": self._by_category(records)}
+                "aggregate": aggregate, "by_category": self._by_category(records)}
 
     def _describe(self) -> dict:
         return {"main_model_path": self.cfg.main_model_path, "draft_model_path": self.cfg.draft_model_path,
@@ -95,6 +104,8 @@ class Suite:
             s = sum(len(r["spec"]["tokens"]) for r in rs) / sum(r["spec"]["seconds"] for r in rs)
             out[cat] = {"prompts": len(rs), "plain_tokens_per_s": p, "spec_tokens_per_s": s, "speedup": s / p,
                         "mean_accepted_length": sum(rounds) / max(len(rounds), 1)}
+            if "spec_no_lookup" in rs[0]:
+                out[cat].update(_no_lookup_rates(rs, p))
         return out
 
     def hf_baselines(self, kinds: list[str], records: list[dict]) -> dict:
@@ -140,3 +151,25 @@ class Suite:
                 size = tree[0] if tree else f"auto (last {eng.policy.best[0]}: {eng.policy.last_reason})"
                 rows.append({"mode": mode, "tree_size": size, **r})
         return rows
+
+
+def _no_lookup_rates(records: list[dict], plain_tps: float) -> dict:
+    """Tokens/s, speedup over plain and MAL of the lookup-off speculative runs."""
+    tps = sum(len(r["spec_no_lookup"]["tokens"]) for r in records) / sum(r["spec_no_lookup"]["seconds"] for r in records)
+    rounds = [c for r in records for c in r["spec_no_lookup"]["committed"]]
+    return {"spec_no_lookup_tokens_per_s": tps, "spec_no_lookup_speedup": tps / plain_tps,
+            "spec_no_lookup_mean_accepted_length": sum(rounds) / max(len(rounds), 1)}
+
+
+def lookup_summary(records: list[dict], stats) -> dict:
+    """Prompt-lookup counters of the speculative runs (``stats``: the engine's
+    ``TreePolicy.lookup``) and, when measured, the lookup-off comparison."""
+    out = {"lookup_proposed_tokens": stats.proposed, "lookup_accepted_tokens": stats.accepted,
+           "lookup_acceptance": stats.accepted / stats.proposed if stats.proposed else 0.0}
+    if records and "spec_no_lookup" in records[0]:
+        plain = sum(len(r["plain"]["tokens"]) for r in records) / sum(r["plain"]["seconds"] for r in records)
+        out.update(_no_lookup_rates(records, plain))
+        spec = sum(len(r["spec"]["tokens"]) for r in records) / sum(r["spec"]["seconds"] for r in records)
+        out["lookup_on_vs_off_tokens_per_s"] = spec / out["spec_no_lookup_tokens_per_s"]
+        out["no_lookup_identical"] = all(r["identical_no_lookup"] for r in records)
+    return out

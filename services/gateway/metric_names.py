@@ -38,6 +38,8 @@ METRIC_LABELS: dict[str, tuple[str, ...]] = {
     "treespec:overlap_hits_total": (),
     "treespec:overlap_enabled": (),
     "treespec:spec_decode_plain_steps_total": (),
+    "treespec:spec_decode_lookup_proposed_tokens_total": (),
+    "treespec:spec_decode_lookup_accepted_tokens_total": (),
     "treespec:service_up": ("service", "replica"),
 }
 

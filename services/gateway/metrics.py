@@ -92,6 +92,10 @@ class StatsCollector:
         yield GaugeMetricFamily(P + "overlap_enabled", "1 when draft/verify overlap is on", value=int(s.overlap))
         yield CounterMetricFamily(P + "spec_decode_plain_steps", "Sequence steps verified without a draft tree "
                                   "while speculation is on (no draft worker: degraded)", value=s.plain_steps)
+        yield CounterMetricFamily(P + "spec_decode_lookup_proposed_tokens", "Prompt-lookup (n-gram) tokens "
+                                  "placed in verified trees", value=s.lookup_proposed)
+        yield CounterMetricFamily(P + "spec_decode_lookup_accepted_tokens", "Prompt-lookup (n-gram) tokens "
+                                  "accepted by the main model", value=s.lookup_accepted)
 
 
 def _service(worker: wire.Heartbeat) -> str:

@@ -251,7 +251,8 @@ class SchedulerLoop:
                           accepted_per_pos=list(core.accepted_per_pos), tree_size=size, workers=beats,
                           ready=self.driver.ready(), guesses=ahead.sent, guess_hits=ahead.hits,
                           overlap=self.driver.overlap(), epoch=self.epoch,
-                          plain_steps=self.driver.plain_steps)
+                          plain_steps=self.driver.plain_steps, lookup_proposed=self.driver.policy.lookup.proposed,
+                          lookup_accepted=self.driver.policy.lookup.accepted)
 
     def _broadcast_stats(self, now: float) -> None:
         """Stats to every gateway, the epoch heartbeat to every worker; abort the requests

@@ -18,6 +18,7 @@ from common.config import Config
 from common.logging import round_event
 from common.prefix_hash import block_keys
 from common.tree import TokenTree
+from services.scheduler import candidates
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence
 from services.scheduler.overlap import Lookahead, overlap_pays
 from services.scheduler.tree_policy import TreePolicy
@@ -48,6 +49,8 @@ class Round:
     # prefill alone (empty tree), so the draft's prefill and tree stay off the time to first token;
     # the draft catches up (prefills) in the next round.
     prefill: set[str] = field(default_factory=set)
+    drafted: set[str] = field(default_factory=set)  # sequences with a draft-model tree (fresh or guessed)
+    grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
 
 
 class RoundDriver:
@@ -228,6 +231,7 @@ class RoundDriver:
     def _start_verify(self, now: float) -> list[Out]:
         rnd = self.current
         rnd.phase, rnd.deadline = wire.Role.VERIFIER, now + self.step_timeout_s
+        self._graft_lookup(rnd)
         groups: dict[str, list[wire.VerifySeq]] = {}
         for sid in rnd.seq_ids:
             seq = self.core.running.get(sid)
@@ -239,6 +243,21 @@ class RoundDriver:
             rnd.pending[key] = {e.seq_id for e in entries}
             out.append((self.workers.get(key).identity, wire.VerifyStep(round=rnd.number, seqs=entries)))
         return out + self._send_guesses(rnd, now) if out else self._finish()
+
+    def _graft_lookup(self, rnd: Round) -> None:
+        """Graft prompt-lookup candidates onto every sequence's tree (``candidates.py``),
+        as many nodes as the tree policy finds worth their verify rows this round."""
+        rnd.drafted = set(rnd.trees)
+        nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape)
+        if nodes == 0:
+            return
+        step = candidates.step_logprob(self.policy)
+        for sid in rnd.seq_ids:
+            seq = self.core.running.get(sid)
+            got = None if seq is None else candidates.graft_lookup(
+                seq.tokens, rnd.trees.get(sid), self.cfg, nodes, self.policy.budget.max_depth, step)
+            if got is not None:
+                rnd.trees[sid], rnd.grafts[sid] = got
 
     def _send_guesses(self, rnd: Round, now: float) -> list[Out]:
         """Overlap: while the verifier scores this round's trees, draft the next round's."""
@@ -300,9 +319,9 @@ class RoundDriver:
                 seq.draft.rolled_back(rnd.draft_held[sid])
                 continue
             tree = rnd.trees.get(sid, EMPTY_TREE)
-            degraded = self.speculative and self.shape[0] > 0 and sid not in rnd.trees and sid not in rnd.prefill
+            degraded = self.speculative and self.shape[0] > 0 and sid not in rnd.drafted and sid not in rnd.prefill
             self.plain_steps += int(degraded)
-            self.policy.observe(wire.tree_from_wire(tree), rnd.outs[sid].accepted)
+            candidates.observe(self.policy, wire.tree_from_wire(tree), rnd.outs[sid].accepted, rnd.grafts.get(sid))
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)
             accepted.append(len(delta.tokens))

@@ -18,7 +18,16 @@ Expected throughput for a round of B sequences (Sequoia, arXiv 2402.12374 §3.3)
 with draft_ms = one forward over the newly committed tokens plus (D - 1) level passes
 over ``width`` frontier nodes each; plain decoding is (n, D) = (0, 0) with rate
 B / verify_ms(B). Larger batches make verification steeper, so the chosen tree shrinks
-(down to plain decoding) as load grows. Torch-free.
+(down to plain decoding) as load grows.
+
+Prompt-lookup candidates (``common/lookup.py``) are a second source of tree nodes that
+costs no draft compute, only verify rows. ``LookupStats`` records, per sequence-round
+where lookup added nodes, how many it added (a) and how many of those the main model
+accepted beyond the draft tree (g); ``TreePolicy.lookup_nodes`` grafts them only while
+    (E + 1 + g) / verify_ms(B * (n + 1 + a)) > (E + 1) / verify_ms(B * (n + 1))
+(E: expected accepted draft tokens of the round's draft tree of n nodes), i.e. while the
+extra accepted tokens pay for the extra verified rows; every ``EXPLORE_EVERY``-th round
+grafts them anyway so the estimate follows the text. Torch-free.
 """
 
 from __future__ import annotations
@@ -94,6 +103,46 @@ class AcceptanceTable:
         return float(self.total[size_index, depth] / w) if w >= MIN_WEIGHT else None
 
 
+DEFAULT_LOOKUP_ACCEPT = 0.5  # per-node acceptance assumed for lookup nodes before any is measured
+MIN_LOOKUP_ACCEPT = 0.02  # floor of the per-node estimate (keeps log-scores finite)
+
+
+class LookupStats:
+    """Decayed per-sequence-round means of lookup nodes added (beyond the draft tree) and
+    of those accepted; plus lifetime counters of lookup tokens proposed and accepted."""
+
+    def __init__(self) -> None:
+        self.added = self.gained = self.weight = 0.0
+        self.proposed = self.accepted = 0  # tokens on lookup chains / accepted ones (metrics)
+
+    def observe(self, proposed: int, accepted: int, added: int, gained: int) -> None:
+        """One sequence-round: ``proposed`` lookup-chain tokens (``accepted`` of them
+        accepted), ``added`` nodes new to the tree (``gained`` of them accepted)."""
+        self.proposed += proposed
+        self.accepted += accepted
+        if added == 0:
+            return
+        self.added = self.added * DECAY + added
+        self.gained = self.gained * DECAY + gained
+        self.weight = self.weight * DECAY + 1
+
+    @property
+    def measured(self) -> bool:
+        return self.weight >= MIN_WEIGHT
+
+    def accept_rate(self) -> float:
+        """Accepted / added lookup nodes (DEFAULT_LOOKUP_ACCEPT until measured)."""
+        if not self.measured or self.added <= 0:
+            return DEFAULT_LOOKUP_ACCEPT
+        return max(MIN_LOOKUP_ACCEPT, self.gained / self.added)
+
+    def pays(self, verify: CostCurve, batch: int, size: int, expected: float) -> bool:
+        """Whether grafting lookup nodes raises expected tokens/ms (module docstring)."""
+        added, gained = self.added / self.weight, self.gained / self.weight
+        without = (expected + 1) / verify.ms(batch * (size + 1))
+        return (expected + 1 + gained) / verify.ms(round(batch * (size + 1 + added))) > without
+
+
 class TreePolicy:
     """Chooses (size, depth) per round from cost curves and the acceptance table."""
 
@@ -106,6 +155,8 @@ class TreePolicy:
         self.rounds = 0
         self.best = (AUTO_DEFAULT_SIZE, self.max_depth)
         self.last_reason = "default until measured"
+        self.lookup = LookupStats()
+        self.lookup_rounds = 0
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
@@ -139,6 +190,20 @@ class TreePolicy:
         self.last_reason = f"max expected tokens/ms {best_rate:.4f} at batch {batch}"
         self.best = best
         return best
+
+    def lookup_nodes(self, batch: int, size: int, depth: int) -> int:
+        """Lookup nodes each sequence of this round may graft onto its draft tree of
+        (``size``, ``depth``) (0 = none): the budget's ``lookup_nodes`` while they pay
+        (``LookupStats.pays``), unmeasured, or on an explore round."""
+        cap = self.budget.lookup_nodes
+        if cap == 0 or self.verify is None or not self.lookup.measured:
+            return cap
+        self.lookup_rounds += 1
+        if self.lookup_rounds % EXPLORE_EVERY == 0:
+            return cap
+        si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
+        expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
+        return cap if self.lookup.pays(self.verify, batch, size, expected) else 0
 
     def _draft_ms(self, batch: int, depth: int, expected: float) -> float:
         """Append the committed tokens, then one pass per further level."""

@@ -88,3 +88,20 @@ class TestMainQuantization:
         """A quantized main model with tensor_parallel_size > 1 is refused, naming both keys."""
         with pytest.raises(ConfigError, match="main_quantization=int4.*tensor_parallel_size=2"):
             load_config(overrides={"main_quantization": "int4", "tensor_parallel_size": 2}, environ={})
+
+
+class TestPromptLookupKeys:
+    def test_defaults_and_env(self):
+        """Prompt lookup is on by default (n-grams 4 down to 2, 8 tokens); TREESPEC_PROMPT_LOOKUP=off turns it off."""
+        cfg = load_config(environ={})
+        assert cfg.prompt_lookup is True
+        assert (cfg.prompt_lookup_max_ngram, cfg.prompt_lookup_min_ngram, cfg.prompt_lookup_num_tokens) == (4, 2, 8)
+        assert load_config(environ={"TREESPEC_PROMPT_LOOKUP": "off"}).prompt_lookup is False
+
+    @pytest.mark.parametrize("key,value", [("prompt_lookup_min_ngram", 5), ("prompt_lookup_min_ngram", 0),
+                                           ("prompt_lookup_max_ngram", 0), ("prompt_lookup_num_tokens", 0),
+                                           ("prompt_lookup_num_tokens", 100000)])
+    def test_bad_values_name_the_key(self, key, value):
+        """A min n-gram above the max (4) or below 1, or an out-of-range token count, is refused, naming the key."""
+        with pytest.raises(ConfigError, match=key):
+            load_config(overrides={key: value}, environ={})

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from common.tree import (ROOT, TokenTree, ancestor_mask, children, depths, path_to, positions,
+from common.tree import (ROOT, TokenTree, ancestor_mask, children, depths, graft, path_to, positions,
                          select_best, shape_from_paths)
 
 # Worked example:        root
@@ -134,3 +134,49 @@ class TestSelectBest:
             for tok in kept:
                 for anc in path_to(parents, tok - 100):
                     assert anc + 100 in kept
+
+
+def distinct_children(tree: TokenTree) -> bool:
+    """Every node's children carry distinct tokens."""
+    return all(len({int(tree.tokens[c]) for c in kids}) == len(kids) for kids in children(tree.parents))
+
+
+class TestGraft:
+    # draft tree of the worked example, tokens: n0=10 n1=11 n2=20 n3=21 n4=30 n5=22
+    DRAFT = TokenTree.build([10, 11, 20, 21, 30, 22], PARENTS, [-0.1, -1.0, -0.3, -0.9, -0.5, -1.5])
+
+    def test_descends_shared_prefix_then_branches(self):
+        """A path 10, 20, 30, 40 runs through n0, n2, n4 and adds one node (40) below n4;
+        the draft nodes keep their indices, tokens and scores."""
+        merged, placed = graft(self.DRAFT, [[10, 20, 30, 40]], max_new=8, max_depth=8, step_logprob=-0.7)
+        assert placed == [[0, 2, 4, 6]]
+        assert len(merged) == 7 and merged.tokens[6] == 40 and merged.parents[6] == 4
+        np.testing.assert_array_equal(merged.tokens[:6], self.DRAFT.tokens)
+        np.testing.assert_array_equal(merged.scores[:6], self.DRAFT.scores)
+        assert merged.scores[6] == pytest.approx(-0.5 - 0.7)
+
+    def test_new_branch_at_the_root_and_dedup(self):
+        """A path whose first token is no root child becomes a new root branch; a second
+        path sharing its prefix reuses those nodes: children stay distinct."""
+        merged, placed = graft(self.DRAFT, [[12, 13, 14], [12, 13, 15]], max_new=8, max_depth=8)
+        assert placed == [[6, 7, 8], [6, 7, 9]]
+        assert merged.parents.tolist()[6:] == [ROOT, 6, 7, 7]
+        assert distinct_children(merged)
+
+    def test_budget_and_depth(self):
+        """At most max_new nodes are added (earlier paths first) and none below max_depth."""
+        merged, placed = graft(self.DRAFT, [[10, 20, 30, 40, 50], [11, 60]], max_new=1, max_depth=8)
+        assert placed == [[0, 2, 4, 6], [1]] and len(merged) == 7
+        merged, placed = graft(self.DRAFT, [[10, 20, 30, 40, 50]], max_new=8, max_depth=2)
+        assert placed == [[0, 2]] and len(merged) == 6
+
+    def test_onto_an_empty_tree(self):
+        """With no draft tree a lookup chain is the whole tree."""
+        merged, placed = graft(TokenTree.empty(), [[5, 6, 7]], max_new=4, max_depth=4)
+        assert merged.tokens.tolist() == [5, 6, 7] and merged.parents.tolist() == [ROOT, 0, 1]
+        assert placed == [[0, 1, 2]]
+
+    def test_negative_budget_refused(self):
+        """A negative node budget or depth is a ValueError."""
+        with pytest.raises(ValueError):
+            graft(self.DRAFT, [[1]], max_new=-1, max_depth=2)

@@ -8,10 +8,15 @@ from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, MIN_KV_HEADROO
 
 class TestTreeBudget:
     def test_from_config(self):
-        """tree_size auto / N / 0 and max_accept_length become the budget's size and depth."""
-        assert TreeBudget.from_config(Config(tree_size="auto", max_accept_length=7)) == TreeBudget(None, 7)
-        assert TreeBudget.from_config(Config(tree_size=12, max_accept_length=5)) == TreeBudget(12, 5)
-        assert not TreeBudget.from_config(Config(tree_size=0)).speculative
+        """tree_size auto / N / 0 and max_accept_length become the budget's size and depth;
+        prompt_lookup_num_tokens its lookup nodes (none with lookup off or tree_size 0)."""
+        assert TreeBudget.from_config(Config(tree_size="auto", max_accept_length=7)) == TreeBudget(None, 7, 8)
+        assert TreeBudget.from_config(Config(tree_size=12, max_accept_length=5, prompt_lookup_num_tokens=3)) \
+            == TreeBudget(12, 5, 3)
+        assert TreeBudget.from_config(Config(tree_size=12, max_accept_length=5, prompt_lookup=False)) \
+            == TreeBudget(12, 5, 0)
+        plain = TreeBudget.from_config(Config(tree_size=0))
+        assert not plain.speculative and plain.lookup_nodes == 0
 
     @pytest.mark.parametrize("budget,shape", [
         (TreeBudget(None, 9), (AUTO_DEFAULT_SIZE, 9)),
@@ -33,13 +38,16 @@ class TestTreeBudget:
         the draft's level rows of a look-ahead tree."""
         assert TreeBudget(None, 12).kv_headroom == MIN_KV_HEADROOM
         assert TreeBudget(1024, 12).kv_headroom >= 1024
+        assert TreeBudget(1024, 12, 256).kv_headroom >= 1024 + 256  # grafted lookup nodes too
         deep = TreeBudget(None, 64)
         size, depth = deep.guess_shape(*deep.default_shape())
         assert deep.kv_headroom >= depth * 4 + 64
 
     def test_invalid(self):
-        """A negative size or a depth below 1 is refused."""
+        """A negative size or lookup node count, or a depth below 1, is refused."""
         with pytest.raises(ValueError):
             TreeBudget(-1, 3)
+        with pytest.raises(ValueError):
+            TreeBudget(4, 3, -1)
         with pytest.raises(ValueError):
             TreeBudget(4, 0)

@@ -49,7 +49,7 @@ def dashboard_exprs() -> list[str]:
 class TestMetricNames:
     def test_names_are_prefixed_and_unique(self):
         """Every exported name is treespec:-prefixed and listed once."""
-        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 27
+        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 29
         assert all(n.startswith("treespec:") for n in (*METRIC_NAMES, *PROBE_METRIC_LABELS))
         assert not set(METRIC_NAMES) & set(PROBE_METRIC_LABELS)
         assert HISTOGRAMS <= set(METRIC_NAMES) | set(PROBE_METRIC_LABELS)
@@ -62,7 +62,8 @@ class TestMetricNames:
                     "treespec:spec_decode_num_accepted_tokens_per_pos_total", "treespec:overlap_guesses_total", "treespec:spec_decode_plain_steps_total",
                     "treespec:overlap_hits_total", "treespec:worker_steps_total",
                     "treespec:worker_step_failures_total", "treespec:prefix_cache_queries_total",
-                    "treespec:prefix_cache_hits_total"}
+                    "treespec:prefix_cache_hits_total", "treespec:spec_decode_lookup_proposed_tokens_total",
+                    "treespec:spec_decode_lookup_accepted_tokens_total"}
         assert {n for n in (*METRIC_NAMES, *PROBE_METRIC_LABELS) if n.endswith("_total")} == counters
         assert "treespec:kv_slots_capacity" in METRIC_NAMES
 

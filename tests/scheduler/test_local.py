@@ -175,14 +175,7 @@ class TestSamplingLossless:
         exact = _exact_tokens(tiny_main, prompt, num_tokens, 0.9, kw)
         eng = make_engine(tiny_main, tiny_noisy_draft, tree_size, max_depth, slots=64, first=True)
         params = {i: wire.SamplingParams(max_tokens=num_tokens, temperature=0.9, seed=i, **kw) for i in range(n)}
-        out = run_all(eng, {f"r{i}": (prompt, p) for i, p in params.items()})
-        counts: dict = {}
-        for toks in out.values():
-            counts[tuple(toks)] = counts.get(tuple(toks), 0) + 1
-        assert set(counts) <= set(exact)
-        tv = 0.5 * sum(abs(counts.get(k, 0) / n - q) for k, q in exact.items())
-        bound = 0.5 * sum(np.sqrt(q * (1 - q) / n) for q in exact.values())
-        assert tv <= 2 * bound, (tv, bound)
+        assert_follows(run_all(eng, {f"r{i}": (prompt, p) for i, p in params.items()}), exact)
         assert eng.core.num_accepted > n // 4
 
 
@@ -223,6 +216,19 @@ class TestSeededSampling:
         b = eng.timed_generate("b", PROMPTS["p9"], wire.SamplingParams(max_tokens=20, temperature=0.8, top_p=0.95,
                                                                        seed=43, ignore_eos=True))[0]
         assert a != b
+
+
+def assert_follows(out: dict, exact: dict) -> None:
+    """The outputs' empirical distribution (one sample per request) stays in the support of
+    ``exact`` (token tuple -> probability) and within twice the expected sampling noise of
+    it in total variation: sum_k sqrt(q_k (1 - q_k) / n) / 2 (binomial standard deviations)."""
+    n, counts = len(out), {}
+    for toks in out.values():
+        counts[tuple(toks)] = counts.get(tuple(toks), 0) + 1
+    assert set(counts) <= set(exact)
+    tv = 0.5 * sum(abs(counts.get(k, 0) / n - q) for k, q in exact.items())
+    bound = 0.5 * sum(np.sqrt(q * (1 - q) / n) for q in exact.values())
+    assert tv <= 2 * bound, (tv, bound)
 
 
 def _exact_tokens(model, prompt, num_tokens, temperature, kw) -> dict:

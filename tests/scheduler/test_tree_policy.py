@@ -7,7 +7,8 @@ import pytest
 
 from common.config import Config
 from common.tree import TokenTree
-from services.scheduler.tree_policy import EXPLORE_EXTRA_DEPTH, SIZES, AcceptanceTable, CostCurve, TreePolicy
+from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, SIZES,
+                                           AcceptanceTable, CostCurve, TreePolicy)
 
 
 def chain_tree(depth: int, siblings: int = 3) -> TokenTree:
@@ -123,3 +124,40 @@ class TestTreePolicy:
         size, depth = p.choose(1)
         assert size == max(2 * best[0], SIZES[2])
         assert depth == min(12, 2 * best[1] + EXPLORE_EXTRA_DEPTH) < 12
+
+
+class TestLookupNodes:
+    def lookup_policy(self, verify, accepted_per_node: float) -> TreePolicy:
+        """tree_size 8 with a verify curve, after 20 rounds that added 8 lookup nodes and
+        gained ``accepted_per_node`` x 8 accepted tokens each."""
+        p = TreePolicy(Config(tree_size=8, max_accept_length=12, prompt_lookup_num_tokens=8))
+        p.set_costs(CostCurve(verify), CostCurve(((1, 1.0), (256, 1.0))))
+        for _ in range(20):
+            p.lookup.observe(proposed=8, accepted=round(8 * accepted_per_node), added=8,
+                             gained=round(8 * accepted_per_node))
+        return p
+
+    def test_unmeasured_offers_the_budget(self):
+        """Before lookup acceptance is measured every round may graft the budget's lookup nodes;
+        none when prompt lookup is off."""
+        assert TreePolicy(Config(tree_size=8)).lookup_nodes(1, 8, 4) == 8
+        assert TreePolicy(Config(tree_size=8, prompt_lookup=False)).lookup_nodes(1, 8, 4) == 0
+
+    def test_well_accepted_lookup_pays_on_flat_costs(self):
+        """Lookup nodes accepted half the time on a flat verify curve are kept."""
+        p = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
+        assert p.lookup_nodes(1, 8, 4) == 8
+
+    def test_useless_lookup_dropped_on_steep_costs(self):
+        """Lookup nodes never accepted, with each verified token costing a full pass, are
+        dropped except on explore rounds."""
+        p = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
+        offered = [p.lookup_nodes(1, 8, 4) for _ in range(2 * EXPLORE_EVERY)]
+        assert offered.count(0) == 2 * EXPLORE_EVERY - 2 and offered.count(8) == 2
+
+    def test_acceptance_estimate(self):
+        """The per-node estimate is the default until measured, then gained / added."""
+        p = TreePolicy(Config(tree_size=8))
+        assert p.lookup.accept_rate() == DEFAULT_LOOKUP_ACCEPT
+        p.lookup.observe(proposed=4, accepted=1, added=4, gained=1)
+        assert p.lookup.accept_rate() == pytest.approx(0.25)
