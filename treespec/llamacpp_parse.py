@@ -45,14 +45,16 @@ def parse_completion(text: str) -> dict:
     """``llama-completion`` (or ``llama-cli``) perf summary of one greedy generation.
 
     Returns prompt_tokens, prompt_ms, eval_runs (one-token decode passes), eval_ms, sampling_ms and
-    generated_tokens (tokens sampled: eval_runs + 1, the first one comes from the prompt pass; an end-of-text
-    token counts). Times in milliseconds. Raises LlamaCppOutputError.
+    generated_tokens = eval_runs + 1 (the first token comes from the prompt pass; an end-of-text token
+    counts). The ``samplers time`` line's token count is prompt + generated tokens (captured output:
+    118-token prompt, 20 eval runs, "/ 139 tokens"), so it is required but not used as the count.
+    Times in milliseconds. Raises LlamaCppOutputError.
     """
     prompt, evals = _need(PROMPT_EVAL, text, "prompt eval time"), _need(EVAL, text, "eval time")
     sampled = _need(SAMPLED, text, "samplers time")
     sampling = SAMPLING.search(text)
     return {"prompt_tokens": int(prompt[2]), "prompt_ms": float(prompt[1]),
-            "eval_runs": int(evals[2]), "eval_ms": float(evals[1]), "generated_tokens": int(sampled[2]),
+            "eval_runs": int(evals[2]), "eval_ms": float(evals[1]), "generated_tokens": int(evals[2]) + 1,
             "sampling_ms": float(sampling[1]) if sampling else float(sampled[1])}
 
 

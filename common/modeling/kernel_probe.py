@@ -30,6 +30,7 @@ from common.modeling.kernels import (KERNELS, PROJECTIONS, ROW_BUCKETS, Timings,
 
 PROBE_REPS = 5  # timed runs per (kernel, rows); the fastest counts
 PROBE_BUDGET_S = 10.0  # probing stops after this many seconds
+BUSY_SHARE = 0.6  # a probe whose threads got less of the CPU than this (CPU time / wall / threads) is not cached
 PLAN_VERSION = 1  # bump when kernels or the key change: old cache files are ignored
 HEAD = "lm_head"  # the plan's key for the LM head (its own shape, timed on its own)
 HEAD_MAX_ROWS = 32  # the head sees tree-sized batches (prefill needs its last row only): no 128-row probe
@@ -128,13 +129,24 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
     return out
 
 
+def host_was_busy(cpu_s: float, wall_s: float) -> bool:
+    """True when a probe of ``wall_s`` seconds (at least 1 s: shorter ones are not judged) got less
+    than ``BUSY_SHARE`` of its torch threads' CPU time (``cpu_s``, process CPU seconds)."""
+    return wall_s >= 1.0 and cpu_s / wall_s / torch.get_num_threads() < BUSY_SHARE
+
+
 def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: Timer = measure_ms,
-              budget_s: float = PROBE_BUDGET_S) -> KernelPlan:
+              budget_s: float = PROBE_BUDGET_S, contended: Callable[[float, float], bool] = host_was_busy
+              ) -> KernelPlan:
     """The cached plan for this host and these shapes, else a fresh probe (then cached).
 
     A probe that ran out of its time budget before every bucket was timed (a starved host:
     its timings are not to be trusted) keeps the default kernels and is not cached, so the
-    next start measures again (``source`` ``probe-incomplete``)."""
+    next start measures again (``source`` ``probe-incomplete``). A complete probe whose threads
+    were on a CPU less than ``BUSY_SHARE`` of its wall time (process CPU time / wall time /
+    torch threads: other processes were running) is used for this run but not cached
+    (``source`` ``probe-busy``): a plan timed on a contended host can pick slower kernels, and
+    a cached one would keep them on every later start."""
     path = None if cache is None else cache / f"kernels-{plan_key(weights, head, num_layers)}.json"
     if path is not None and path.is_file():
         try:
@@ -143,7 +155,7 @@ def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: T
             return KernelPlan(ladders, {k: float(v) for k, v in raw["timings"].items()}, "cache", raw["probe_s"])
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale: measure again and overwrite
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     timings = probe_timings(weights, head, num_layers, timer, budget_s)
     groups = _probe_weights(weights, head)
     shown = {f"{f}/{r}/{k}": round(ms, 3) for (f, r, k), ms in timings.items()}
@@ -152,8 +164,10 @@ def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: T
             for r in ROW_BUCKETS if f != HEAD or r <= HEAD_MAX_ROWS}
     if not want <= {(f, r) for f, r, _ in timings}:
         return KernelPlan({}, shown, "probe-incomplete", probe_s)
-    plan = KernelPlan(choose(timings, {f: candidates(ws[0])[0] for f, ws in groups.items()}), shown, "probe", probe_s)
-    if path is not None:
+    busy = contended(time.process_time() - cpu_start, time.perf_counter() - start)
+    plan = KernelPlan(choose(timings, {f: candidates(ws[0])[0] for f, ws in groups.items()}), shown,
+                      "probe-busy" if busy else "probe", probe_s)
+    if path is not None and not busy:
         _write(path, plan)
     return plan
 

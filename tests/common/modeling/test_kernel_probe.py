@@ -153,3 +153,21 @@ class TestProbeOff:
         from common.config import Config, load_config
         assert Config().kernel_probe is True
         assert load_config(overrides={"kernel_probe": "false"}).kernel_probe is False
+
+
+class TestBusyHost:
+    def test_contended_probe_is_used_but_not_cached(self, tmp_path):
+        """A probe whose threads got too little CPU (another process ran) still gives this run its plan
+        but writes no cache file, so the next start measures again."""
+        m = _model()
+        plan = make_plan(m.w, m.head_weight, m.spec.num_layers, tmp_path, fake_timer([]),
+                         contended=lambda cpu_s, wall_s: True)
+        assert plan.source == "probe-busy" and plan.ladders and list(tmp_path.iterdir()) == []
+
+    def test_cpu_share_threshold(self):
+        """2 s of wall time with 0.5 s of CPU on the torch threads is busy; full CPU or a probe under 1 s is not."""
+        from common.modeling.kernel_probe import host_was_busy
+        threads = torch.get_num_threads()
+        assert host_was_busy(0.5, 2.0)
+        assert not host_was_busy(2.0 * threads, 2.0)
+        assert not host_was_busy(0.0, 0.5)
