@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         tools = Tools(Path(args.bin).expanduser(), args.threads)
         with tempfile.TemporaryDirectory(prefix="treespec-llamacpp-") as tmp:
             result = measure(args, tools, models, Path(tmp))
-        result["command"] = shlex.join([sys.executable, "-m", __name__, *argv])
+        result["command"] = shlex.join([sys.executable, "-m", "treespec.bench_llamacpp", *argv])
         for path in args.treespec_json:
             try:
                 bench = json.loads(Path(path).read_text())
