@@ -6,11 +6,11 @@
 #
 #   bash benchmarks/service_http.sh [RUN...]     RUN: plain spec overlap pinned-off pinned-on
 #
-# Results: benchmarks/results/service/<run>.json (+ <run>.metrics.txt). Needs port 8000 free.
+# Results: $OUT/<run>.json (+ <run>.metrics.txt), OUT default benchmarks/results/service. Needs port 8000 free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=.venv/bin/treespec
-OUT=benchmarks/results/service
+OUT=${OUT:-benchmarks/results/service}
 mkdir -p "$OUT"
 RUNS=${*:-plain spec overlap pinned-off pinned-on}
 
