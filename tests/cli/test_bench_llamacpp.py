@@ -45,6 +45,19 @@ def prompt_rows(tmp_path: Path, n: int, tokens: int = 118) -> list[dict]:
             for i in range(n)]
 
 
+def one_prompt_run(tools: Tools, tmp_path: Path, monkeypatch) -> dict:
+    """bench_llamacpp.main on one prompt with the stand-in tools and a fake tokenizer; asserts exit 0 and
+    returns the written result JSON."""
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr("common.modeling.loader.load_weights_tokenizer_only", lambda *a, **k: FakeTokenizer())
+    out = tmp_path / "o.json"
+    rc = bench_llamacpp.main(["--bin", str(tools.bin_dir), "--model", str(gguf), "--draft", str(gguf),
+                              "--bf16-model", str(gguf), "--limit", "1", "--bench-reps", "1", "--json", str(out)])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
 class FakeTokenizer:
     """Chat template and token count of a whitespace tokenizer (the runner needs only these two calls)."""
 
@@ -135,15 +148,7 @@ class TestMain:
 
     def test_json_is_written_with_the_table(self, tools, tmp_path, capsys, monkeypatch):
         """A full run (stand-in tools, fake tokenizer) writes the result JSON and prints the table."""
-        gguf = tmp_path / "m.gguf"
-        gguf.write_bytes(b"GGUF")
-        monkeypatch.setattr("common.modeling.loader.load_weights_tokenizer_only", lambda *a, **k: FakeTokenizer())
-        out = tmp_path / "o.json"
-        rc = bench_llamacpp.main(["--bin", str(tools.bin_dir), "--model", str(gguf), "--draft", str(gguf),
-                                  "--bf16-model", str(gguf), "--limit", "1", "--bench-reps", "1",
-                                  "--json", str(out)])
-        assert rc == 0
-        result = json.loads(out.read_text())
+        result = one_prompt_run(tools, tmp_path, monkeypatch)
         assert set(result["runs"]) == {"plain-q4", "plain-bf16", "spec-q4", "spec-bf16"}
         assert result["config"]["llama_cpp"]["commit"].startswith("0c1e570")
         assert "not built by benchmarks/llamacpp.sh" in result["config"]["llama_cpp"]["source"]
@@ -153,17 +158,9 @@ class TestMain:
     def test_a_failing_tool_costs_its_row_not_the_run(self, tools, tmp_path, capsys, monkeypatch):
         """When llama-speculative-simple exits non-zero the plain rows and llama-bench are still written,
         the speculative rows are listed under failed_runs with the tool's message, and the table says so."""
-        gguf = tmp_path / "m.gguf"
-        gguf.write_bytes(b"GGUF")
         stand_in(tools.bin_dir, "llama-speculative-simple",
                  "echo 'E failed to initialize speculative decoding' >&2; exit 1")
-        monkeypatch.setattr("common.modeling.loader.load_weights_tokenizer_only", lambda *a, **k: FakeTokenizer())
-        out = tmp_path / "o.json"
-        rc = bench_llamacpp.main(["--bin", str(tools.bin_dir), "--model", str(gguf), "--draft", str(gguf),
-                                  "--bf16-model", str(gguf), "--limit", "1", "--bench-reps", "1",
-                                  "--json", str(out)])
-        assert rc == 0
-        result = json.loads(out.read_text())
+        result = one_prompt_run(tools, tmp_path, monkeypatch)
         assert set(result["runs"]) == {"plain-q4", "plain-bf16"}
         assert set(result["failed_runs"]) == {"spec-q4", "spec-bf16"}
         assert "failed to initialize speculative decoding" in result["failed_runs"]["spec-q4"]
