@@ -163,8 +163,13 @@ class PrefixCache:
                 self._insert(_Block(key, index, parent, block_tokens))
                 new.append((j, index))
             parent = key
-        for j, index in new:
-            self._copy_in(cache, slot, j * B, index, B)
+        if new:  # one gather per tensor for every new full block (this runs after each prefill)
+            L, _, _, kvh, d = self.k.shape
+            src = torch.tensor([j for j, _ in new], device=self.k.device)
+            dst = torch.tensor([i for _, i in new], device=self.k.device)
+            rows = len(keys) * B
+            self.k[:, dst] = cache.k[:, slot, :rows].reshape(L, len(keys), B, kvh, d)[:, src]
+            self.v[:, dst] = cache.v[:, slot, :rows].reshape(L, len(keys), B, kvh, d)[:, src]
         tail, stored = tokens[len(keys) * B:], len(new)
         if len(keys) == len(tokens) // B and tail:
             stored += self._store_tail(cache, slot, len(keys) * B, parent, tail, protect)
