@@ -10,7 +10,10 @@ result up to float rounding but differ in speed by host, weight shape and row co
   Inductor's CPU freezing pass emits); ``F.linear`` reorders bf16 weights on every call;
 * ``int4``: the CPU int4 kernel of an :class:`~common.modeling.quant.Int4Weight`;
 * ``dense``: ``F.linear`` on an int4 weight's kept bf16 copy (``Int4Weight.dense``);
-* ``native``: the weight object's own ``linear`` (any other weight class, e.g. int8).
+* ``native``: the weight object's own ``linear`` (any other weight class, e.g. int8);
+* ``packed``: treespec's own bf16 kernel (``native.py``, ``csrc/packed_gemm.cpp``) on the
+  weight repacked once into 64-channel panels in huge pages; a candidate wherever the
+  library built on this host (needs a C++ compiler).
 
 :func:`choose` turns timings (``kernel_probe.py`` measures them at worker start) into a
 ladder per format; :func:`apply_plan` wraps each projection weight in a
@@ -25,6 +28,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from common.modeling.native import library
 from common.modeling.quant import GROUP, Int4Weight, int4_linear
 
 ROW_BUCKETS = (1, 4, 8, 16, 32, 128)  # rows (tokens per pass) probed; 128 stands for prefill
@@ -52,7 +56,7 @@ def _native(x, w, bias):
 
 
 KERNELS: dict[str, Callable] = {"linear": _linear, "onednn": _onednn, "int4": _int4, "dense": _linear,
-                                "native": _native}
+                                "native": _native, "packed": _native}
 ONEDNN_DTYPES = (torch.bfloat16,)  # fp32 weights keep F.linear: reference runs stay bit-for-bit as before
 
 
@@ -83,18 +87,21 @@ def weight_shape(w) -> tuple[int, int]:
 def candidates(w) -> tuple[str, ...]:
     """Kernels that can run weight ``w``, the format's default first."""
     dense = dense_of(w)
-    onednn = (dense is not None and dense.device.type == "cpu" and dense.dtype in ONEDNN_DTYPES
-              and torch.backends.mkldnn.is_available())
+    cpu_bf16 = dense is not None and dense.device.type == "cpu" and dense.dtype in ONEDNN_DTYPES
+    extra = (("onednn",) if cpu_bf16 and torch.backends.mkldnn.is_available() else ()) + (
+        ("packed",) if cpu_bf16 and dense.dim() == 2 and library() is not None else ())
     if isinstance(w, torch.Tensor):
-        return ("linear", "onednn") if onednn else ("linear",)
+        return ("linear", *extra)
     own = "int4" if isinstance(w, Int4Weight) else "native"
-    return (own, "dense", "onednn") if onednn else (own,)
+    return (own, "dense", *extra) if extra else (own,)
 
 
 def prepare(kernel: str, w):
     """The operand ``kernel`` runs on for weight ``w`` (the oneDNN reorder copies the weight)."""
     if kernel == "onednn":
         return torch.ops.mkldnn._reorder_linear_weight(dense_of(w))
+    if kernel == "packed":
+        return library().pack(dense_of(w))
     if kernel == "dense":
         return dense_of(w)
     if kernel == "int4":

@@ -25,7 +25,7 @@ class TestCandidates:
         dtype = torch.bfloat16
         g = torch.Generator().manual_seed(1)
         w, b = (torch.randn(64, 128, generator=g) * 0.05).to(dtype), torch.randn(64, generator=g).to(dtype)
-        assert candidates(w) == ("linear", "onednn")
+        assert candidates(w) == ("linear", "onednn", "packed")
         for rows in ROWS:
             x = torch.randn(2, rows, 128, generator=g).to(dtype)
             ref = F.linear(x, w, b).float()
@@ -35,16 +35,16 @@ class TestCandidates:
                 assert torch.allclose(y.float(), ref, atol=1e-2, rtol=1e-2), (kernel, rows)
 
     def test_every_int4_candidate_matches_its_reference(self):
-        """The int4 kernel equals the Int4Weight's own product; dense/onednn equal F.linear on the kept bf16 copy."""
+        """The int4 kernel equals the Int4Weight's own product; dense/onednn/packed equal F.linear on the kept bf16 copy."""
         w = _weights()["layers.0.qkv.weight"]
-        assert weight_format(w) == "int4" and candidates(w) == ("int4", "dense", "onednn")
+        assert weight_format(w) == "int4" and candidates(w) == ("int4", "dense", "onednn", "packed")
         g = torch.Generator().manual_seed(2)
         for rows in ROWS:
             x = torch.randn(rows, 128, generator=g).to(torch.bfloat16)
             int4 = KERNELS["int4"](x, prepare("int4", w), None)
             assert torch.equal(int4, w.linear(x) if rows <= 16 else KERNELS["int4"](x, w, None))
             ref = F.linear(x, w.dense).float()
-            for kernel in ("dense", "onednn"):
+            for kernel in ("dense", "onednn", "packed"):
                 y = KERNELS[kernel](x, prepare(kernel, w), None).float()
                 assert torch.allclose(y, ref, atol=1e-2, rtol=1e-2), (kernel, rows)
 

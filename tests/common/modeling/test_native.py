@@ -1,0 +1,130 @@
+"""treespec's own packed bf16 projection kernel: build, layout, numerics, fallbacks."""
+
+import platform
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from common.modeling import native
+from common.modeling.kernels import KERNELS, candidates, prepare
+from common.modeling.native import HUGE_PAGE, build, huge_empty, library, load
+
+SHAPES = ((64, 128), (100, 30), (70, 65), (256, 1024 + 96))  # (N, K): ragged panels, odd K, a K past one chunk
+ROWS = (1, 2, 5, 6, 7, 13, 16, 40)
+
+
+def _variants(tmp_path: Path) -> dict[str, native.PackedGemmLibrary]:
+    """Every ISA variant this host can run: -march=native, plus AVX2 and portable builds on x86-64."""
+    marches = ["native"] + (["x86-64-v3", "x86-64"] if platform.machine() == "x86_64" else [])
+    flags = native._cpu_flags()
+    libs = {}
+    for march in marches:
+        if march == "x86-64-v3" and " avx2" not in flags:
+            continue
+        path = build(tmp_path, march)
+        assert path is not None, f"build failed for -march={march}"
+        lib = load(path)
+        libs[lib.variant] = lib
+    return libs
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> dict[str, native.PackedGemmLibrary]:
+    return _variants(tmp_path_factory.mktemp("native"))
+
+
+class TestNumerics:
+    def test_every_variant_matches_an_fp32_reference(self, variants):
+        """Every ISA variant's x @ W.T + b is within bf16 rounding of the fp32 product, for ragged shapes and row counts."""
+        assert "portable" in variants or platform.machine() != "x86_64"
+        g = torch.Generator().manual_seed(0)
+        for name, lib in variants.items():
+            for n, k in SHAPES:
+                w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
+                b = torch.randn(n, generator=g).bfloat16()
+                packed = lib.pack(w)
+                for rows in ROWS:
+                    x = torch.randn(rows, k, generator=g).bfloat16()
+                    ref = x.float() @ w.float().T + b.float()
+                    y = packed.linear(x, b)
+                    assert y.shape == (rows, n) and y.dtype == torch.bfloat16
+                    err, base = (y.float() - ref).abs().max(), (F.linear(x, w, b).float() - ref).abs().max()
+                    assert err <= 2 * base + 1e-2, (name, n, k, rows, float(err), float(base))
+
+    def test_a_row_does_not_depend_on_its_batch(self, variants):
+        """Each row's result is bit-identical whether it runs alone or with 1..39 other rows (plain and tree steps agree)."""
+        g = torch.Generator().manual_seed(1)
+        for lib in variants.values():
+            w = (torch.randn(192, 1536, generator=g) * 0.05).bfloat16()
+            packed = lib.pack(w)
+            x = torch.randn(40, 1536, generator=g).bfloat16()
+            alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(40)])
+            for rows in (2, 6, 7, 16, 40):
+                assert torch.equal(packed.linear(x[:rows]), alone[:rows]), (lib.variant, rows)
+
+    def test_leading_dims_and_dtype_round_trip(self):
+        """[B, T, K] inputs keep their leading dims; fp32 inputs come back fp32; zero rows give an empty result."""
+        lib = library()
+        assert lib is not None, "the native kernel must build on this host (g++ installed)"
+        w = torch.randn(64, 32).bfloat16()
+        packed = lib.pack(w)
+        x = torch.randn(2, 3, 32)
+        y = packed.linear(x)
+        assert y.shape == (2, 3, 64) and y.dtype == torch.float32
+        assert torch.allclose(y, F.linear(x.bfloat16(), w).float(), atol=2e-2, rtol=2e-2)
+        assert packed.linear(torch.empty(0, 32).bfloat16()).shape == (0, 64)
+
+
+class TestErrors:
+    def test_pack_refuses_non_bf16(self):
+        """Packing an fp32 matrix raises ValueError naming the dtype instead of misreading memory."""
+        with pytest.raises(ValueError, match="float32"):
+            library().pack(torch.randn(64, 32))
+
+    def test_wrong_feature_count_is_refused(self):
+        """An input whose last dimension is not K raises ValueError before the kernel reads past the rows."""
+        packed = library().pack(torch.randn(64, 32).bfloat16())
+        with pytest.raises(ValueError, match="expects 32"):
+            packed.linear(torch.randn(1, 31).bfloat16())
+
+
+class TestBuild:
+    def test_no_compiler_means_no_kernel(self, tmp_path, monkeypatch):
+        """Without a C++ compiler build() returns None (the worker keeps torch's kernels) instead of raising."""
+        monkeypatch.setattr(native, "COMPILER", "/nonexistent/g++")
+        assert build(tmp_path) is None
+
+    def test_second_build_reuses_the_file(self, tmp_path):
+        """A second build of the same source for the same host returns the cached library without compiling."""
+        first = build(tmp_path)
+        stamp = first.stat().st_mtime_ns
+        assert build(tmp_path) == first and first.stat().st_mtime_ns == stamp
+        assert not list(tmp_path.glob("*.tmp"))  # written atomically, no leftovers
+
+    def test_disabled_by_environment(self, monkeypatch):
+        """TREESPEC_NATIVE_KERNEL=0 turns the kernel off (library() None) for A/B runs."""
+        monkeypatch.setenv("TREESPEC_NATIVE_KERNEL", "0")
+        library.cache_clear()
+        try:
+            assert library() is None
+        finally:
+            monkeypatch.delenv("TREESPEC_NATIVE_KERNEL")
+            library.cache_clear()
+        assert library() is not None
+
+
+class TestIntegration:
+    def test_huge_empty_is_aligned(self):
+        """Panels start on a 2 MiB boundary so the kernel's stream can sit in transparent huge pages."""
+        t = huge_empty(3 * HUGE_PAGE // 2, torch.bfloat16)
+        assert t.numel() == 3 * HUGE_PAGE // 2 and t.data_ptr() % HUGE_PAGE == 0
+
+    def test_packed_is_a_candidate_for_bf16(self):
+        """A dense bf16 CPU matrix lists the packed kernel, and running it through KERNELS matches F.linear."""
+        w = (torch.randn(96, 128) * 0.05).bfloat16()
+        assert "packed" in candidates(w)
+        x = torch.randn(5, 128).bfloat16()
+        y = KERNELS["packed"](x, prepare("packed", w), None)
+        assert torch.allclose(y.float(), F.linear(x, w).float(), atol=1e-2, rtol=1e-2)
