@@ -40,7 +40,7 @@ class Config:
     dtype: str = "bfloat16"  # float32 | bfloat16 | float16
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
-    draft_quantization: str = "int4"  # int4 (CPU weight-only kernel) | none
+    draft_quantization: str = "int4"  # int4 | int8 (CPU weight-only kernels) | none
     main_quantization: str = "none"  # none | int8 | int4: weight-only main model (CPU); lossless w.r.t. it
     # Draft a tree in a sequence's first round too. Off (default): the first token comes from the
     # main model's prefill alone, so the draft's prefill is not in the time to first token.
@@ -109,7 +109,7 @@ def _validate(cfg: Config) -> None:
         "kv_memory_fraction": 0.05 <= cfg.kv_memory_fraction <= 0.95,
         "prefix_cache_block_size": 1 <= cfg.prefix_cache_block_size <= 1024,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
-        "draft_quantization": cfg.draft_quantization in ("int4", "none"),
+        "draft_quantization": cfg.draft_quantization in ("int4", "int8", "none"),
         "main_quantization": cfg.main_quantization in ("none", "int8", "int4"),
         "overlap": cfg.overlap in (AUTO, "on", "off"),
         "prompt_lookup_max_ngram": 1 <= cfg.prompt_lookup_max_ngram <= MAX_LOOKUP_NGRAM,

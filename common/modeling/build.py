@@ -19,12 +19,14 @@ log = logging.getLogger(__name__)
 
 
 def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
-    """The draft model: int4 weights on CPU (``draft_quantization``), LM head restricted to
+    """The draft model: int4 or int8 weights on CPU (``draft_quantization``), LM head restricted to
     the ``draft_vocab_size`` lowest token ids (FR-Spec, arXiv 2502.14856 §3.1: byte-level
     BPE assigns ids in merge order, so low ids are the frequent tokens)."""
     spec, weights, tok = load_weights(cfg.draft_model_path, cfg.dtype)
     if cfg.draft_quantization == "int4" and cfg.device == "cpu" and cfg.dtype == "bfloat16":
         weights = quantize_weights(weights, keep_dense=True)
+    elif cfg.draft_quantization == "int8" and cfg.device == "cpu" and cfg.dtype == "bfloat16":
+        weights = quantize_main_weights(weights, "int8", DTYPES[cfg.dtype])  # same scheme as an int8 main
     head_ids = None
     if 0 < cfg.draft_vocab_size < spec.vocab_size:
         head_ids = torch.arange(cfg.draft_vocab_size, device=cfg.device)

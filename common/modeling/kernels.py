@@ -11,8 +11,8 @@ result up to float rounding but differ in speed by host, weight shape and row co
 * ``int4``: the CPU int4 kernel of an :class:`~common.modeling.quant.Int4Weight`;
 * ``dense``: ``F.linear`` on an int4 weight's kept bf16 copy (``Int4Weight.dense``);
 * ``native``: the weight object's own ``linear`` (any other weight class, e.g. int8);
-* ``packed``: treespec's own bf16 kernel (``native.py``, ``csrc/packed_gemm.cpp``) on the
-  weight repacked once into 64-channel panels in huge pages; a candidate wherever the
+* ``packed``: treespec's own kernel (``native.py``, ``csrc/packed_gemm.cpp``) on a bf16 or
+  int8 weight repacked once into 64-channel panels in huge pages; a candidate wherever the
   library built on this host (needs a C++ compiler).
 
 :func:`choose` turns timings (``kernel_probe.py`` measures them at worker start) into a
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from common.modeling.native import library
-from common.modeling.quant import GROUP, Int4Weight, int4_linear
+from common.modeling.quant import GROUP, Int4Weight, Int8Weight, int4_linear
 
 ROW_BUCKETS = (1, 4, 8, 16, 32, 128)  # rows (tokens per pass) probed; 128 stands for prefill
 MIN_GAIN = 0.05  # a kernel replaces the format's default only when >= 5% faster (noise guard)
@@ -92,8 +92,15 @@ def candidates(w) -> tuple[str, ...]:
         ("packed",) if cpu_bf16 and dense.dim() == 2 and library() is not None else ())
     if isinstance(w, torch.Tensor):
         return ("linear", *extra)
+    if isinstance(w, Int8Weight):
+        return ("native", "packed") if _int8_packable(w) else ("native",)
     own = "int4" if isinstance(w, Int4Weight) else "native"
     return (own, "dense", *extra) if extra else (own,)
+
+
+def _int8_packable(w: Int8Weight) -> bool:
+    """An int8 CPU weight whose scales are bf16 (the activations the packed kernel takes)."""
+    return w.q.device.type == "cpu" and w.scales.dtype == torch.bfloat16 and library() is not None
 
 
 def prepare(kernel: str, w):
@@ -101,7 +108,7 @@ def prepare(kernel: str, w):
     if kernel == "onednn":
         return torch.ops.mkldnn._reorder_linear_weight(dense_of(w))
     if kernel == "packed":
-        return library().pack(dense_of(w))
+        return library().pack_int8(w.q, w.scales) if isinstance(w, Int8Weight) else library().pack(dense_of(w))
     if kernel == "dense":
         return dense_of(w)
     if kernel == "int4":
@@ -122,7 +129,9 @@ def choose(timings: Timings, defaults: dict[str, str]) -> dict[str, tuple[tuple[
     """Per format, the fastest kernel per row bucket as a ladder ``((max_rows, kernel), ...)``.
 
     ``defaults``: format -> its default kernel, kept unless another is ``MIN_GAIN`` faster
-    (timing noise must not swap kernels). Adjacent buckets with the same kernel merge;
+    (timing noise must not swap kernels). Likewise a bucket keeps the kernel of the bucket
+    below unless another is ``MIN_GAIN`` faster: each kernel on a ladder holds its own copy
+    of the weights, so a second copy must buy a real gain. Adjacent buckets with the same kernel merge;
     formats without timings get no ladder (they keep their default).
     """
     plans: dict[str, tuple[tuple[int, str], ...]] = {}
@@ -133,6 +142,8 @@ def choose(timings: Timings, defaults: dict[str, str]) -> dict[str, tuple[tuple[
             best = min(times, key=times.__getitem__)
             if default in times and times[best] > (1 - MIN_GAIN) * times[default]:
                 best = default
+            if steps and steps[-1][1] in times and times[best] > (1 - MIN_GAIN) * times[steps[-1][1]]:
+                best = steps[-1][1]  # near-equal: keep the kernel below, not a second weight copy
             if steps and steps[-1][1] == best:
                 steps[-1] = (rows, best)
             else:

@@ -1,6 +1,9 @@
 """treespec's own CPU projection kernel (``csrc/packed_gemm.cpp``): built for this host at
 first use, loaded with ctypes, run on weights repacked once into 64-channel panels.
 
+Weights: bf16, or int8 with one scale per output channel (``main_quantization = int8``,
+half the bytes per step).
+
 Why a kernel of our own: a decode step streams every weight once for 1 row (a plain step)
 or 8-64 rows (a token tree), so it is memory-bandwidth bound; torch's bf16 kernels on CPUs
 without AMX reach about half of the bandwidth at 1 row and cost 2x more at 16 rows.
@@ -112,40 +115,67 @@ class PackedGemmLibrary:
         self._lib.treespec_packed_elems.argtypes = [ctypes.c_int64] * 2
         self._lib.treespec_pack.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_int]
         self._lib.treespec_gemm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+        self._lib.treespec_pack_int8.argtypes = self._lib.treespec_pack.argtypes
+        self._lib.treespec_gemm_int8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         self.variant = self._lib.treespec_variant().decode()
 
-    def pack(self, weight: torch.Tensor) -> PackedBf16:
+    def pack(self, weight: torch.Tensor) -> PackedWeight:
         """Repack a dense ``[N, K]`` bf16 CPU weight into panels (a new tensor in huge pages;
         ``weight`` is not kept). Raises ValueError for another dtype, device or rank."""
-        if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or weight.dim() != 2:
-            raise ValueError(f"packed kernel needs a 2-D bf16 CPU weight, got {weight.dtype} {tuple(weight.shape)} "
-                             f"on {weight.device}")
+        _check(weight, torch.bfloat16)
         n, k = weight.shape
         data = huge_empty(self._lib.treespec_packed_elems(n, k), torch.bfloat16)
-        w = weight.contiguous()
-        self._lib.treespec_pack(w.data_ptr(), data.data_ptr(), n, k, torch.get_num_threads())
-        return PackedBf16(self, data, n, k)
+        self._lib.treespec_pack(weight.contiguous().data_ptr(), data.data_ptr(), n, k, torch.get_num_threads())
+        return PackedWeight(self, data, None, n, k)
 
-    def gemm(self, x: torch.Tensor, packed: PackedBf16, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-        """``out[M, N] = x[M, Kp] @ W.T + bias``; all bf16 contiguous CPU tensors (unchecked:
-        :meth:`PackedBf16.linear` prepares them)."""
-        self._lib.treespec_gemm(x.data_ptr(), packed.data.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                                out.data_ptr(), x.shape[0], packed.n, x.shape[1], torch.get_num_threads())
+    def pack_int8(self, q: torch.Tensor, scales: torch.Tensor) -> PackedWeight:
+        """Repack an int8 ``[N, K]`` matrix ``q`` with per-row ``scales`` ``[N]`` (the weight is
+        ``q * scales[:, None]``, :class:`~common.modeling.quant.Int8Weight`'s scheme).
+        Raises ValueError for another dtype, device or shape."""
+        _check(q, torch.int8)
+        n, k = q.shape
+        if scales.shape != (n,):
+            raise ValueError(f"int8 weight needs {n} scales, got shape {tuple(scales.shape)}")
+        data = huge_empty(self._lib.treespec_packed_elems(n, k), torch.int8)
+        self._lib.treespec_pack_int8(q.contiguous().data_ptr(), data.data_ptr(), n, k, torch.get_num_threads())
+        return PackedWeight(self, data, scales.float().contiguous(), n, k)
+
+    def gemm(self, x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+        """``out[M, N] = (x[M, Kp] @ W.T) * scales + bias``; all contiguous CPU tensors, x,
+        bias and out bf16 (unchecked: :meth:`PackedWeight.linear` prepares them)."""
+        common = (0 if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], packed.n, x.shape[1],
+                  torch.get_num_threads())
+        if packed.scales is None:
+            self._lib.treespec_gemm(x.data_ptr(), packed.data.data_ptr(), *common)
+        else:
+            self._lib.treespec_gemm_int8(x.data_ptr(), packed.data.data_ptr(), packed.scales.data_ptr(), *common)
+
+
+def _check(weight: torch.Tensor, dtype: torch.dtype) -> None:
+    if weight.dtype != dtype or weight.device.type != "cpu" or weight.dim() != 2:
+        raise ValueError(f"packed kernel needs a 2-D {dtype} CPU weight, got {weight.dtype} "
+                         f"{tuple(weight.shape)} on {weight.device}")
 
 
 @dataclass(frozen=True)
-class PackedBf16:
-    """A ``[N, K]`` bf16 weight in the kernel's panel layout (``data``: flat bf16,
-    ``ceil(N/64)*64 * K_even`` elements)."""
+class PackedWeight:
+    """A ``[N, K]`` weight in the kernel's panel layout: ``data`` flat bf16 (a bf16 weight) or
+    int8 (then ``scales`` fp32 ``[N]``), ``ceil(N/64)*64 * K_even`` elements."""
 
     lib: PackedGemmLibrary
     data: torch.Tensor
+    scales: torch.Tensor | None
     n: int
     k: int
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.n, self.k
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (panels plus scales)."""
+        return self.data.nbytes + (0 if self.scales is None else self.scales.nbytes)
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + bias``: ``x`` ``[..., K]`` (any float dtype; computed in bf16 with fp32
@@ -170,7 +200,7 @@ def huge_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
     nbytes = numel * torch.empty(0, dtype=dtype).element_size()
     if not hasattr(mmap, "MADV_HUGEPAGE") or nbytes < HUGE_PAGE:
         return torch.empty(numel, dtype=dtype)
-    region = mmap.mmap(-1, nbytes + HUGE_PAGE)
+    region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared: no THP
     with contextlib.suppress(OSError):
         region.madvise(mmap.MADV_HUGEPAGE)
     raw = torch.frombuffer(region, dtype=torch.uint8)  # holds a reference to the mapping

@@ -13,6 +13,11 @@
 //
 // Variants by compiler target: AVX512-BF16, AVX2+FMA, portable C++ (same layout, same results up
 // to fp32 summation order within a row).
+//
+// int8 weights (symmetric, one scale per output channel: W ~= q * scale[n]) use the same panel
+// layout with 1 byte per weight: half the bytes streamed per step. The kernel widens q to bf16 in
+// registers (exact: |q| <= 127 fits bf16's 8-bit significand), accumulates x . q in fp32 like the
+// bf16 kernel, and scales each output once at the end.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -56,6 +61,29 @@ static void micro(const bf16* x, int64_t K, const bf16* panel, int64_t k0, int64
   }
   for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc + i * PANEL + v * 16, a[i][v]);
 }
+
+// int8 panel: the same [K/2][64][2] order, one byte each; widened to bf16 in registers.
+static inline __m512bh widen32(const int8_t* p) {  // 32 int8 -> 32 bf16 (exact)
+  __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+  __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(p + 16))));
+  return _mm512_cvtne2ps_pbh(hi, lo);  // lanes 0..15 from lo, 16..31 from hi
+}
+template <int R>
+static void micro(const bf16* x, int64_t K, const int8_t* panel, int64_t k0, int64_t kc, float* acc) {
+  __m512 a[R][4];
+  for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) a[i][v] = _mm512_loadu_ps(acc + i * PANEL + v * 16);
+  const int8_t* p = panel + k0 * PANEL;
+  for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
+    __m512bh w0 = widen32(p), w1 = widen32(p + 32), w2 = widen32(p + 64), w3 = widen32(p + 96);
+    for (int i = 0; i < R; ++i) {
+      int32_t pair; std::memcpy(&pair, x + i * K + k, 4);
+      __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+      a[i][0] = _mm512_dpbf16_ps(a[i][0], xb, w0); a[i][1] = _mm512_dpbf16_ps(a[i][1], xb, w1);
+      a[i][2] = _mm512_dpbf16_ps(a[i][2], xb, w2); a[i][3] = _mm512_dpbf16_ps(a[i][3], xb, w3);
+    }
+  }
+  for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc + i * PANEL + v * 16, a[i][v]);
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VARIANT "avx2"
 static const int MB = 1;  // 8 accumulators of 8 outputs fill the 16 ymm registers with temporaries
@@ -75,6 +103,22 @@ static void micro(const bf16* x, int64_t /*K*/, const bf16* panel, int64_t k0, i
   }
   for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + v * 8, a[v]);
 }
+template <int R>
+static void micro(const bf16* x, int64_t /*K*/, const int8_t* panel, int64_t k0, int64_t kc, float* acc) {
+  __m256 a[8];
+  for (int v = 0; v < 8; ++v) a[v] = _mm256_loadu_ps(acc + v * 8);
+  const int8_t* p = panel + k0 * PANEL;
+  for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
+    __m256 x0 = _mm256_set1_ps(bf2f(x[k])), x1 = _mm256_set1_ps(bf2f(x[k + 1]));
+    for (int v = 0; v < 8; ++v) {  // 8 outputs x (k, k+1): 16 int8 widened to int16 pairs
+      __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(p + v * 16)));
+      __m256 even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 16));
+      a[v] = _mm256_fmadd_ps(x0, even, a[v]);
+      a[v] = _mm256_fmadd_ps(x1, _mm256_cvtepi32_ps(_mm256_srai_epi32(w, 16)), a[v]);
+    }
+  }
+  for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + v * 8, a[v]);
+}
 #else
 #define VARIANT "portable"
 static const int MB = 1;
@@ -86,10 +130,19 @@ static void micro(const bf16* x, int64_t /*K*/, const bf16* panel, int64_t k0, i
     for (int j = 0; j < PANEL; ++j) acc[j] += x0 * bf2f(p[2 * j]) + x1 * bf2f(p[2 * j + 1]);
   }
 }
+template <int R>
+static void micro(const bf16* x, int64_t /*K*/, const int8_t* panel, int64_t k0, int64_t kc, float* acc) {
+  const int8_t* p = panel + k0 * PANEL;
+  for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
+    float x0 = bf2f(x[k]), x1 = bf2f(x[k + 1]);
+    for (int j = 0; j < PANEL; ++j) acc[j] += x0 * (float)p[2 * j] + x1 * (float)p[2 * j + 1];
+  }
+}
 #endif
 
-// All M rows of one panel chunk, MB rows at a time (remainder rows one block each).
-static void panel_rows(const bf16* x, int64_t M, int64_t K, const bf16* panel, int64_t k0, int64_t kc, float* acc) {
+// All M rows of one panel chunk, MB rows at a time (the remainder as one smaller block).
+template <typename W>
+static void panel_rows(const bf16* x, int64_t M, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc) {
   int64_t m = 0;
   for (; m + MB <= M; m += MB) micro<MB>(x + m * K, K, panel, k0, kc, acc + m * PANEL);
   const bf16* xr = x + m * K;
@@ -104,26 +157,24 @@ static void panel_rows(const bf16* x, int64_t M, int64_t K, const bf16* panel, i
   }
 }
 
-extern "C" const char* treespec_variant() { return VARIANT; }
-
-extern "C" int64_t treespec_packed_elems(int64_t N, int64_t K) { return npad(N) * kpad(K); }
-
-// W [N, K] row-major -> out [N/64][K/2][64][2] (packed_elems(N, K) bf16), zero-padded.
-extern "C" void treespec_pack(const bf16* w, bf16* out, int64_t N, int64_t K, int threads) {
+// W [N, K] row-major -> out [N/64][K/2][64][2], zero-padded.
+template <typename W>
+static void pack(const W* w, W* out, int64_t N, int64_t K, int threads) {
   const int64_t Kp = kpad(K), panels = npad(N) / PANEL;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t b = 0; b < panels; ++b)
     for (int64_t j = 0; j < PANEL; ++j) {
       const int64_t n = b * PANEL + j;
-      bf16* o = out + b * PANEL * Kp + j * 2;
-      for (int64_t k = 0; k < Kp; ++k)
-        o[(k / 2) * 2 * PANEL + (k & 1)] = (n < N && k < K) ? w[n * K + k] : (bf16)0;
+      W* o = out + b * PANEL * Kp + j * 2;
+      for (int64_t k = 0; k < Kp; ++k) o[(k / 2) * 2 * PANEL + (k & 1)] = (n < N && k < K) ? w[n * K + k] : W(0);
     }
 }
 
-// y [M, N] = x [M, K] @ W^T + bias; x rows contiguous with an even K (the caller pads odd K).
-extern "C" void treespec_gemm(const bf16* x, const bf16* packed, const bf16* bias, bf16* y,
-                              int64_t M, int64_t N, int64_t K, int threads) {
+// y [M, N] = (x [M, K] @ W^T) * scale + bias; x rows contiguous with an even K (the caller pads
+// odd K); scale [N] or null (bf16 weights).
+template <typename W>
+static void gemm(const bf16* x, const W* packed, const float* scale, const bf16* bias, bf16* y,
+                 int64_t M, int64_t N, int64_t K, int threads) {
   const int64_t panels = npad(N) / PANEL;
 #pragma omp parallel num_threads(threads)
   {
@@ -131,12 +182,32 @@ extern "C" void treespec_gemm(const bf16* x, const bf16* packed, const bf16* bia
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < panels; ++b) {
       std::fill(acc.begin(), acc.end(), 0.f);
-      const bf16* panel = packed + b * PANEL * K;
+      const W* panel = packed + b * PANEL * K;
       for (int64_t k0 = 0; k0 < K; k0 += KC) panel_rows(x, M, K, panel, k0, std::min(KC, K - k0), acc.data());
       const int64_t n0 = b * PANEL, nn = std::min(PANEL, N - n0);
       for (int64_t m = 0; m < M; ++m)
-        for (int64_t j = 0; j < nn; ++j)
-          y[m * N + n0 + j] = f2bf(acc[m * PANEL + j] + (bias ? bf2f(bias[n0 + j]) : 0.f));
+        for (int64_t j = 0; j < nn; ++j) {
+          const float v = acc[m * PANEL + j] * (scale ? scale[n0 + j] : 1.f);
+          y[m * N + n0 + j] = f2bf(v + (bias ? bf2f(bias[n0 + j]) : 0.f));
+        }
     }
   }
+}
+
+extern "C" const char* treespec_variant() { return VARIANT; }
+// Elements (bf16 or int8) of a packed [N, K] weight.
+extern "C" int64_t treespec_packed_elems(int64_t N, int64_t K) { return npad(N) * kpad(K); }
+extern "C" void treespec_pack(const bf16* w, bf16* out, int64_t N, int64_t K, int threads) {
+  pack(w, out, N, K, threads);
+}
+extern "C" void treespec_pack_int8(const int8_t* w, int8_t* out, int64_t N, int64_t K, int threads) {
+  pack(w, out, N, K, threads);
+}
+extern "C" void treespec_gemm(const bf16* x, const bf16* packed, const bf16* bias, bf16* y,
+                              int64_t M, int64_t N, int64_t K, int threads) {
+  gemm(x, packed, nullptr, bias, y, M, N, K, threads);
+}
+extern "C" void treespec_gemm_int8(const bf16* x, const int8_t* packed, const float* scale, const bf16* bias,
+                                   bf16* y, int64_t M, int64_t N, int64_t K, int threads) {
+  gemm(x, packed, scale, bias, y, M, N, K, threads);
 }

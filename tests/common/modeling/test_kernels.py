@@ -74,6 +74,14 @@ class TestChoose:
         plans = choose(t, {"bfloat16": "linear", "int4": "int4"})
         assert plans == {"bfloat16": ((8, "onednn"), (32, "linear")), "int4": ((1, "int4"), (16, "dense"))}
 
+    def test_near_tie_keeps_the_kernel_below(self):
+        """A bucket whose winner is under MIN_GAIN faster than the kernel below keeps that kernel (one weight copy, not two)."""
+        t = {("bfloat16", 1, "linear"): 100.0, ("bfloat16", 1, "packed"): 50.0,
+             ("bfloat16", 128, "linear"): 900.0, ("bfloat16", 128, "packed"): 784.0, ("bfloat16", 128, "onednn"): 783.0}
+        assert choose(t, {"bfloat16": "linear"}) == {"bfloat16": ((128, "packed"),)}
+        t[("bfloat16", 128, "onednn")] = 700.0
+        assert choose(t, {"bfloat16": "linear"}) == {"bfloat16": ((1, "packed"), (128, "onednn"))}
+
     def test_noise_keeps_the_default(self):
         """A challenger less than MIN_GAIN faster than the default does not replace it."""
         t = {("bfloat16", 1, "linear"): 100.0, ("bfloat16", 1, "onednn"): 97.0}

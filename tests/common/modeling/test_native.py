@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from common.modeling import native
 from common.modeling.kernels import KERNELS, candidates, prepare
 from common.modeling.native import HUGE_PAGE, build, huge_empty, library, load
+from common.modeling.quant import Int8Weight, quantize_int8
 
 SHAPES = ((64, 128), (100, 30), (70, 65), (256, 1024 + 96))  # (N, K): ragged panels, odd K, a K past one chunk
 ROWS = (1, 2, 5, 6, 7, 13, 16, 40)
@@ -64,6 +65,23 @@ class TestNumerics:
             for rows in (2, 6, 7, 16, 40):
                 assert torch.equal(packed.linear(x[:rows]), alone[:rows]), (lib.variant, rows)
 
+    def test_int8_matches_its_dequantized_product(self, variants):
+        """int8 panels give (x @ q.T) * scales within bf16 rounding of the fp32 product, in every variant."""
+        g = torch.Generator().manual_seed(2)
+        for name, lib in variants.items():
+            for n, k in SHAPES:
+                w = Int8Weight(*quantize_int8((torch.randn(n, k, generator=g) * 0.05).bfloat16(), torch.bfloat16))
+                b = torch.randn(n, generator=g).bfloat16()
+                packed = lib.pack_int8(w.q, w.scales)
+                for rows in ROWS:
+                    x = torch.randn(rows, k, generator=g).bfloat16()
+                    ref = (x.float() @ w.q.float().T) * w.scales.float() + b.float()
+                    dense = (F.linear(x, w.q.bfloat16()) * w.scales + b).float()  # torch's int8 kernel refuses ragged shapes
+                    err, base = (packed.linear(x, b).float() - ref).abs().max(), (dense - ref).abs().max()
+                    assert err <= 2 * base + 2e-2, (name, n, k, rows, float(err), float(base))
+            alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(x.shape[0])])
+            assert torch.equal(packed.linear(x), alone), name  # batch-invariant like the bf16 path
+
     def test_leading_dims_and_dtype_round_trip(self):
         """[B, T, K] inputs keep their leading dims; fp32 inputs come back fp32; zero rows give an empty result."""
         lib = library()
@@ -82,6 +100,11 @@ class TestErrors:
         """Packing an fp32 matrix raises ValueError naming the dtype instead of misreading memory."""
         with pytest.raises(ValueError, match="float32"):
             library().pack(torch.randn(64, 32))
+
+    def test_int8_scales_must_match_rows(self):
+        """int8 packing with a scale count other than N raises ValueError."""
+        with pytest.raises(ValueError, match="64 scales"):
+            library().pack_int8(torch.zeros(64, 32, dtype=torch.int8), torch.ones(63))
 
     def test_wrong_feature_count_is_refused(self):
         """An input whose last dimension is not K raises ValueError before the kernel reads past the rows."""
@@ -128,3 +151,11 @@ class TestIntegration:
         x = torch.randn(5, 128).bfloat16()
         y = KERNELS["packed"](x, prepare("packed", w), None)
         assert torch.allclose(y.float(), F.linear(x, w).float(), atol=1e-2, rtol=1e-2)
+
+    def test_packed_is_a_candidate_for_int8(self):
+        """An int8 main-model weight lists torch's int8 kernel first and the packed one second; both agree."""
+        w = Int8Weight(*quantize_int8((torch.randn(96, 128) * 0.05).bfloat16(), torch.bfloat16))
+        assert candidates(w) == ("native", "packed")
+        x = torch.randn(3, 128).bfloat16()
+        y = KERNELS["packed"](x, prepare("packed", w), None)
+        assert torch.allclose(y.float(), w.linear(x).float(), atol=2e-2, rtol=2e-2)
