@@ -27,6 +27,7 @@ import torch
 
 from common.modeling.kernels import (KERNELS, PROJECTIONS, ROW_BUCKETS, Timings, apply_plan, candidates, choose,
                                      dense_of, pick, planned, prepare, weight_format, weight_shape)
+from common.modeling.native import library
 
 PROBE_REPS = 5  # timed runs per (kernel, rows); the fastest counts
 PROBE_BUDGET_S = 10.0  # probing stops after this many seconds
@@ -197,7 +198,9 @@ def install(model, enabled: bool, cache: Path | None, timer: Timer = measure_ms)
     if enabled and str(model.device) == "cpu":
         plan = make_plan(model.w, model.head_weight, model.spec.num_layers, cache, timer)
     use_plan(model, plan)
+    lib = library() if plan.source != "default" else None
     structlog.get_logger("kernels").info("kernels chosen", source=plan.source, probe_s=plan.probe_s,
+                                         packed_kernel=lib.variant if lib else None,
                                          ladders={f: [list(s) for s in steps] for f, steps in plan.ladders.items()},
                                          timings_ms=plan.timings)
     return plan

@@ -88,14 +88,15 @@ def candidates(w) -> tuple[str, ...]:
     """Kernels that can run weight ``w``, the format's default first."""
     dense = dense_of(w)
     cpu_bf16 = dense is not None and dense.device.type == "cpu" and dense.dtype in ONEDNN_DTYPES
-    extra = (("onednn",) if cpu_bf16 and torch.backends.mkldnn.is_available() else ()) + (
-        ("packed",) if cpu_bf16 and dense.dim() == 2 and library() is not None else ())
+    onednn = ("onednn",) if cpu_bf16 and torch.backends.mkldnn.is_available() else ()
     if isinstance(w, torch.Tensor):
-        return ("linear", *extra)
+        return ("linear", *onednn, *(("packed",) if cpu_bf16 and w.dim() == 2 and library() is not None else ()))
     if isinstance(w, Int8Weight):
         return ("native", "packed") if _int8_packable(w) else ("native",)
-    own = "int4" if isinstance(w, Int4Weight) else "native"
-    return (own, "dense", *extra) if extra else (own,)
+    if isinstance(w, Int4Weight):  # its bf16 copy (dense / onednn), its codes repacked (packed)
+        packed = ("packed",) if w.codes is not None and w.codes.device.type == "cpu" and library() is not None else ()
+        return ("int4", *(("dense", *onednn) if onednn else ()), *packed)
+    return ("native", "dense", *onednn) if onednn else ("native",)
 
 
 def _int8_packable(w: Int8Weight) -> bool:
@@ -108,11 +109,13 @@ def prepare(kernel: str, w):
     if kernel == "onednn":
         return torch.ops.mkldnn._reorder_linear_weight(dense_of(w))
     if kernel == "packed":
-        return library().pack_int8(w.q, w.scales) if isinstance(w, Int8Weight) else library().pack(dense_of(w))
+        if isinstance(w, Int8Weight):
+            return library().pack_int8(w.q, w.scales)
+        return library().pack_int4(w.codes, w.scales_zeros) if isinstance(w, Int4Weight) else library().pack(w)
     if kernel == "dense":
         return dense_of(w)
     if kernel == "int4":
-        return replace(w, dense=None)  # the dense copy lives on only if a step uses it
+        return replace(w, dense=None, codes=None)  # the dense copy lives on only if a step uses it
     return w
 
 
@@ -190,9 +193,11 @@ def apply_plan(weights: dict, plans: dict[str, tuple[tuple[int, str], ...]]) -> 
 def planned(w, ladder: tuple[tuple[int, str], ...] | None):
     """``w`` wrapped in a PlannedWeight, or ``w`` itself when the ladder is missing, is the
     default kernel alone, or names a kernel that cannot run ``w``."""
+    if isinstance(w, Int4Weight) and w.codes is not None:
+        w = replace(w, codes=None) if ladder is None else w  # codes only live on to be repacked
     if ladder is None:
         return w
     allowed = candidates(w)
     if any(k not in allowed for _, k in ladder) or {k for _, k in ladder} == {allowed[0]}:
-        return w
+        return replace(w, codes=None) if isinstance(w, Int4Weight) else w
     return PlannedWeight(w, ladder)

@@ -1,8 +1,9 @@
 """treespec's own CPU projection kernel (``csrc/packed_gemm.cpp``): built for this host at
 first use, loaded with ctypes, run on weights repacked once into 64-channel panels.
 
-Weights: bf16, or int8 with one scale per output channel (``main_quantization = int8``,
-half the bytes per step).
+Weights: bf16, int8 with one scale per output channel (half the bytes per step), or int4
+with a scale and low per group of 64 input channels (a quarter; the draft's default and
+``main_quantization = int4``).
 
 Why a kernel of our own: a decode step streams every weight once for 1 row (a plain step)
 or 8-64 rows (a token tree), so it is memory-bandwidth bound; torch's bf16 kernels on CPUs
@@ -41,6 +42,7 @@ import torch.nn.functional as F
 
 SOURCE = Path(__file__).with_name("csrc") / "packed_gemm.cpp"
 HUGE_PAGE = 2 << 20  # bytes
+INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
 BUILD_TIMEOUT_S = 120
 COMPILER = os.environ.get("CXX", "g++")
 
@@ -117,6 +119,8 @@ class PackedGemmLibrary:
         self._lib.treespec_gemm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         self._lib.treespec_pack_int8.argtypes = self._lib.treespec_pack.argtypes
         self._lib.treespec_gemm_int8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+        self._lib.treespec_pack_int4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_int]
+        self._lib.treespec_gemm_int4.argtypes = self._lib.treespec_gemm_int8.argtypes
         self.variant = self._lib.treespec_variant().decode()
 
     def pack(self, weight: torch.Tensor) -> PackedWeight:
@@ -126,7 +130,7 @@ class PackedGemmLibrary:
         n, k = weight.shape
         data = huge_empty(self._lib.treespec_packed_elems(n, k), torch.bfloat16)
         self._lib.treespec_pack(weight.contiguous().data_ptr(), data.data_ptr(), n, k, torch.get_num_threads())
-        return PackedWeight(self, data, None, n, k)
+        return PackedWeight(self, data, None, n, k, "bf16")
 
     def pack_int8(self, q: torch.Tensor, scales: torch.Tensor) -> PackedWeight:
         """Repack an int8 ``[N, K]`` matrix ``q`` with per-row ``scales`` ``[N]`` (the weight is
@@ -138,17 +142,34 @@ class PackedGemmLibrary:
             raise ValueError(f"int8 weight needs {n} scales, got shape {tuple(scales.shape)}")
         data = huge_empty(self._lib.treespec_packed_elems(n, k), torch.int8)
         self._lib.treespec_pack_int8(q.contiguous().data_ptr(), data.data_ptr(), n, k, torch.get_num_threads())
-        return PackedWeight(self, data, scales.float().contiguous(), n, k)
+        return PackedWeight(self, data, scales.float().contiguous(), n, k, "int8")
+
+    def pack_int4(self, codes: torch.Tensor, scales_zeros: torch.Tensor) -> PackedWeight:
+        """Repack int4 ``codes`` ``[N, K]`` (uint8, 0..15) with ``scales_zeros`` ``[K/64, N, 2]``
+        (:func:`~common.modeling.quant.int4_codes`: ``w = (q - 8) * scale + zero`` per group of
+        64 input channels). Raises ValueError for other dtypes/shapes or K not a multiple of 64."""
+        _check(codes, torch.uint8)
+        n, k = codes.shape
+        if k % INT4_GROUP or scales_zeros.shape != (k // INT4_GROUP, n, 2):
+            raise ValueError(f"int4 weight [{n}, {k}] needs K % {INT4_GROUP} == 0 and scales_zeros "
+                             f"[{k // INT4_GROUP}, {n}, 2], got {tuple(scales_zeros.shape)}")
+        scale = scales_zeros[..., 0].float().contiguous()  # [K/64, N]
+        lo = (scales_zeros[..., 1].float() - 8 * scale).contiguous()  # w = q * scale + lo
+        data = huge_empty(self._lib.treespec_packed_elems(n, k) // 2, torch.uint8)
+        sl = torch.empty(self._lib.treespec_packed_elems(n, k) // k * (k // INT4_GROUP) * 2, dtype=torch.float32)
+        self._lib.treespec_pack_int4(codes.contiguous().data_ptr(), scale.data_ptr(), lo.data_ptr(), data.data_ptr(),
+                                     sl.data_ptr(), n, k, torch.get_num_threads())
+        return PackedWeight(self, data, sl, n, k, "int4")
 
     def gemm(self, x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, out: torch.Tensor) -> None:
         """``out[M, N] = (x[M, Kp] @ W.T) * scales + bias``; all contiguous CPU tensors, x,
         bias and out bf16 (unchecked: :meth:`PackedWeight.linear` prepares them)."""
         common = (0 if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], packed.n, x.shape[1],
                   torch.get_num_threads())
-        if packed.scales is None:
-            self._lib.treespec_gemm(x.data_ptr(), packed.data.data_ptr(), *common)
-        else:
-            self._lib.treespec_gemm_int8(x.data_ptr(), packed.data.data_ptr(), packed.scales.data_ptr(), *common)
+        gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
+                "int4": self._lib.treespec_gemm_int4}[packed.kind]
+        scales = () if packed.scales is None else (packed.scales.data_ptr(),)
+        gemm(x.data_ptr(), packed.data.data_ptr(), *scales, *common)
 
 
 def _check(weight: torch.Tensor, dtype: torch.dtype) -> None:
@@ -159,14 +180,17 @@ def _check(weight: torch.Tensor, dtype: torch.dtype) -> None:
 
 @dataclass(frozen=True)
 class PackedWeight:
-    """A ``[N, K]`` weight in the kernel's panel layout: ``data`` flat bf16 (a bf16 weight) or
-    int8 (then ``scales`` fp32 ``[N]``), ``ceil(N/64)*64 * K_even`` elements."""
+    """A ``[N, K]`` weight in the kernel's panel layout, by ``kind``: ``bf16`` (``data`` flat
+    bf16, ``ceil(N/64)*64 * K_even`` elements), ``int8`` (int8 ``data``, ``scales`` fp32
+    ``[N]``) or ``int4`` (``data`` two codes per byte, ``scales`` the per-panel group scales
+    and lows, fp32)."""
 
     lib: PackedGemmLibrary
     data: torch.Tensor
     scales: torch.Tensor | None
     n: int
     k: int
+    kind: str
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -195,10 +219,12 @@ class PackedWeight:
 
 def huge_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised 1-D CPU tensor whose memory is advised into transparent huge pages
-    (2 MiB aligned, anonymous mmap; freed with the tensor). Falls back to ``torch.empty``
-    where ``madvise(MADV_HUGEPAGE)`` does not exist."""
+    (2 MiB aligned, private anonymous mmap; freed with the tensor). Falls back to
+    ``torch.empty`` where ``madvise(MADV_HUGEPAGE)`` does not exist, for tensors under 2 MiB,
+    and with ``TREESPEC_HUGE_PAGES=0``."""
     nbytes = numel * torch.empty(0, dtype=dtype).element_size()
-    if not hasattr(mmap, "MADV_HUGEPAGE") or nbytes < HUGE_PAGE:
+    off = os.environ.get("TREESPEC_HUGE_PAGES", "1") == "0"  # A/B switch for measurements
+    if off or not hasattr(mmap, "MADV_HUGEPAGE") or nbytes < HUGE_PAGE:
         return torch.empty(numel, dtype=dtype)
     region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared: no THP
     with contextlib.suppress(OSError):

@@ -40,15 +40,23 @@ def int4_supported(weight: torch.Tensor) -> bool:
 def quantize_int4(weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``weight`` ``[N, K]`` -> (packed weight, scales_and_zeros ``[K/GROUP, N, 2]``
     in ``dtype``, which must be the activations' dtype: the kernel takes bf16, fp16 or fp32)."""
+    q, sz = int4_codes(weight, dtype)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), INNER_K_TILES)
+    return packed, sz
+
+
+def int4_codes(weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+    """The int4 codes of ``weight`` ``[N, K]``: (``q`` ``[N, K]`` uint8 in 0..15, scales_and_zeros
+    ``[K/GROUP, N, 2]`` in ``dtype``) with ``w ~= (q - 8) * scale + zero`` per group of GROUP
+    input channels (what :func:`quantize_int4` packs for torch's kernel, and what the packed
+    kernel of ``native.py`` packs for its own)."""
     n, k = weight.shape
     w = weight.float().reshape(n, k // GROUP, GROUP)
     lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
     scale = ((hi - lo) / 15).clamp(min=1e-6)
-    q = ((w - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    q = ((w - lo) / scale).round().clamp(0, 15).to(torch.uint8).reshape(n, k)
     zero = lo + scale * 8  # the kernel computes (q - 8) * scale + zero
-    sz = torch.cat([scale, zero], dim=-1).permute(1, 0, 2).contiguous().to(dtype)
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INNER_K_TILES)
-    return packed, sz
+    return q, torch.cat([scale, zero], dim=-1).permute(1, 0, 2).contiguous().to(dtype)
 
 
 def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
@@ -65,11 +73,14 @@ class Int4Weight:
 
     ``packed``: the kernel's packed 4-bit weight; ``scales_zeros``: ``[K/GROUP, N, 2]`` bf16;
     ``dense``: the bf16 ``[N, K]`` original or None. With the dense copy, calls over more
-    than ``INT4_MAX_ROWS`` rows (prefill, compute bound) use the bf16 GEMM instead."""
+    than ``INT4_MAX_ROWS`` rows (prefill, compute bound) use the bf16 GEMM instead.
+    ``codes``: the ``[N, K]`` uint8 codes (0..15) until a kernel plan repacks them for the
+    packed kernel (``kernels.prepare``), then dropped (``kernels.planned``)."""
 
     packed: torch.Tensor
     scales_zeros: torch.Tensor
     dense: torch.Tensor | None = None
+    codes: torch.Tensor | None = None
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + bias``: ``x`` ``[..., K]`` bf16 -> ``[..., N]`` bf16."""
@@ -81,12 +92,20 @@ class Int4Weight:
     def to(self, device) -> "Int4Weight":
         """The same weight on ``device``."""
         dense = None if self.dense is None else self.dense.to(device)
-        return Int4Weight(self.packed.to(device), self.scales_zeros.to(device), dense)
+        codes = self.codes if torch.device(device).type == "cpu" else None  # only CPU has the packed kernel
+        return Int4Weight(self.packed.to(device), self.scales_zeros.to(device), dense, codes)
 
     @property
     def nbytes(self) -> int:
         """Bytes held (packed weight, scales/zeros and the dense copy if kept)."""
-        return sum(t.nbytes for t in (self.packed, self.scales_zeros, self.dense) if t is not None)
+        return sum(t.nbytes for t in (self.packed, self.scales_zeros, self.dense, self.codes) if t is not None)
+
+
+def _int4_weight(weight: torch.Tensor, dtype: torch.dtype, dense: torch.Tensor | None = None) -> Int4Weight:
+    """An Int4Weight of ``weight`` holding torch's packing and (CPU only) the codes for ours."""
+    q, sz = int4_codes(weight, dtype)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), INNER_K_TILES)
+    return Int4Weight(packed, sz, dense, q if weight.device.type == "cpu" else None)
 
 
 def quantize_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,7 +168,7 @@ def quantize_weights(weights: dict[str, torch.Tensor], keep_dense: bool = False)
     out: dict[str, object] = {}
     for name, t in weights.items():
         if name.endswith(".weight") and t.dim() == 2 and int4_supported(t):
-            out[name] = Int4Weight(*quantize_int4(t), dense=t if keep_dense else None)
+            out[name] = _int4_weight(t, torch.bfloat16, dense=t if keep_dense else None)
         else:
             out[name] = t
     return out
@@ -173,7 +192,7 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
         elif scheme == "int8":
             out[name] = Int8Weight(*quantize_int8(t, dtype))
         else:
-            out[name] = Int4Weight(*quantize_int4(t, dtype)) if int4_supported(t) else t
+            out[name] = _int4_weight(t, dtype) if int4_supported(t) else t
     return out
 
 

@@ -18,6 +18,14 @@
 // layout with 1 byte per weight: half the bytes streamed per step. The kernel widens q to bf16 in
 // registers (exact: |q| <= 127 fits bf16's 8-bit significand), accumulates x . q in fp32 like the
 // bf16 kernel, and scales each output once at the end.
+//
+// int4 weights (asymmetric, per group of 64 input channels: W ~= q * scale[g, n] + lo[g, n], q in
+// 0..15) pack a k-pair's 128 codes of a panel into 64 bytes (byte b: element b in the low nibble,
+// element 64 + b in the high one). With AVX512-BF16 a code becomes its bf16 value by one table
+// lookup (VPERMW over the 16 values 0..15), so x . q is exact-input bf16 dot products; per group
+//   sum_k x_k w_k = scale * (sum_k x_k q_k) + lo * (sum_k x_k),
+// the second sum computed once per row and group (the group-wise zero-point algebra of GPTQ/AWQ
+// kernels). Other targets use portable C++ for int4.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -84,6 +92,48 @@ static void micro(const bf16* x, int64_t K, const int8_t* panel, int64_t k0, int
   }
   for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc + i * PANEL + v * 16, a[i][v]);
 }
+
+// int4 panel: per k-pair 64 bytes (see the header); per group of 64 k: 64 scales then 64 lows.
+static const int64_t GROUP = 64;
+static inline __m512i bf16_table() {  // bf16 bit patterns of 0..15 (twice: VPERMW reads 5 index bits)
+  alignas(64) static const uint16_t t[32] = {0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
+                                             0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+                                             0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
+                                             0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
+  return _mm512_load_si512((const void*)t);
+}
+template <int R>
+static void micro4(const bf16* x, int64_t K, const uint8_t* p, const float* sl, const float* xsum, int64_t groups,
+                   int64_t kc, float* acc) {
+  const __m512i table = bf16_table(), low = _mm512_set1_epi16(15);
+  for (int64_t g = 0; g < kc / GROUP; ++g) {
+    __m512 a[R][4];
+    for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_ps();
+    for (int64_t k = g * GROUP; k < (g + 1) * GROUP; k += 2, p += PANEL) {
+      __m512i z0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)p));
+      __m512i z1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(p + 32)));
+      __m512bh w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(z0, low), table);
+      __m512bh w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(z1, low), table);
+      __m512bh w2 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(z0, 4), table);
+      __m512bh w3 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(z1, 4), table);
+      for (int i = 0; i < R; ++i) {
+        int32_t pair; std::memcpy(&pair, x + i * K + k, 4);
+        __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+        a[i][0] = _mm512_dpbf16_ps(a[i][0], xb, w0); a[i][1] = _mm512_dpbf16_ps(a[i][1], xb, w1);
+        a[i][2] = _mm512_dpbf16_ps(a[i][2], xb, w2); a[i][3] = _mm512_dpbf16_ps(a[i][3], xb, w3);
+      }
+    }
+    const float* s = sl + g * 2 * PANEL;
+    for (int i = 0; i < R; ++i) {
+      const __m512 xs = _mm512_set1_ps(xsum[i * groups + g]);
+      for (int v = 0; v < 4; ++v) {
+        __m512 t = _mm512_fmadd_ps(a[i][v], _mm512_loadu_ps(s + v * 16), _mm512_loadu_ps(acc + i * PANEL + v * 16));
+        _mm512_storeu_ps(acc + i * PANEL + v * 16, _mm512_fmadd_ps(_mm512_loadu_ps(s + PANEL + v * 16), xs, t));
+      }
+    }
+  }
+}
+#define HAVE_MICRO4 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VARIANT "avx2"
 static const int MB = 1;  // 8 accumulators of 8 outputs fill the 16 ymm registers with temporaries
@@ -136,6 +186,31 @@ static void micro(const bf16* x, int64_t /*K*/, const int8_t* panel, int64_t k0,
   for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
     float x0 = bf2f(x[k]), x1 = bf2f(x[k + 1]);
     for (int j = 0; j < PANEL; ++j) acc[j] += x0 * (float)p[2 * j] + x1 * (float)p[2 * j + 1];
+  }
+}
+#endif
+
+#ifndef HAVE_MICRO4
+static const int64_t GROUP = 64;
+template <int R>
+static void micro4(const bf16* x, int64_t K, const uint8_t* p, const float* sl, const float* xsum, int64_t groups,
+                   int64_t kc, float* acc) {
+  for (int64_t g = 0; g < kc / GROUP; ++g) {
+    for (int i = 0; i < R; ++i) {
+      float a[PANEL] = {0.f};
+      const uint8_t* q = p;
+      for (int64_t k = g * GROUP; k < (g + 1) * GROUP; k += 2, q += PANEL) {
+        const float x0 = bf2f(x[i * K + k]), x1 = bf2f(x[i * K + k + 1]);
+        for (int b = 0; b < PANEL; ++b) {  // byte b: element b (low nibble), element 64 + b (high)
+          const int e0 = b, e1 = PANEL + b;
+          a[e0 / 2] += ((e0 & 1) ? x1 : x0) * (float)(q[b] & 15);
+          a[e1 / 2] += ((e1 & 1) ? x1 : x0) * (float)(q[b] >> 4);
+        }
+      }
+      const float* s = sl + g * 2 * PANEL;
+      for (int j = 0; j < PANEL; ++j) acc[i * PANEL + j] += a[j] * s[j] + s[PANEL + j] * xsum[i * groups + g];
+    }
+    p += GROUP / 2 * PANEL;
   }
 }
 #endif
@@ -210,4 +285,64 @@ extern "C" void treespec_gemm(const bf16* x, const bf16* packed, const bf16* bia
 extern "C" void treespec_gemm_int8(const bf16* x, const int8_t* packed, const float* scale, const bf16* bias,
                                    bf16* y, int64_t M, int64_t N, int64_t K, int threads) {
   gemm(x, packed, scale, bias, y, M, N, K, threads);
+}
+
+// codes [N, K] (0..15, one per byte), scale/lo [K/64, N] fp32 -> panels [N/64][K/2][64 bytes] and
+// per-panel [K/64][2][64] fp32 (scales then lows). K must be a multiple of 64.
+extern "C" void treespec_pack_int4(const uint8_t* codes, const float* scale, const float* lo, uint8_t* out,
+                                   float* sl, int64_t N, int64_t K, int threads) {
+  const int64_t panels = npad(N) / PANEL, groups = K / GROUP;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t b = 0; b < panels; ++b) {
+    uint8_t* o = out + b * PANEL * K / 2;
+    for (int64_t kp = 0; kp < K / 2; ++kp)
+      for (int64_t byte = 0; byte < PANEL; ++byte) {
+        uint8_t v = 0;
+        for (int half = 0; half < 2; ++half) {
+          const int64_t e = byte + half * PANEL, n = b * PANEL + e / 2, k = 2 * kp + (e & 1);
+          const uint8_t c = n < N ? (uint8_t)(codes[n * K + k] & 15) : 0;
+          v |= (uint8_t)(c << (4 * half));
+        }
+        o[kp * PANEL + byte] = v;
+      }
+    float* s = sl + b * groups * 2 * PANEL;
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < PANEL; ++j) {
+        const int64_t n = b * PANEL + j;
+        s[g * 2 * PANEL + j] = n < N ? scale[g * N + n] : 0.f;
+        s[g * 2 * PANEL + PANEL + j] = n < N ? lo[g * N + n] : 0.f;
+      }
+  }
+}
+
+extern "C" void treespec_gemm_int4(const bf16* x, const uint8_t* packed, const float* sl, const bf16* bias, bf16* y,
+                                   int64_t M, int64_t N, int64_t K, int threads) {
+  const int64_t panels = npad(N) / PANEL, groups = K / GROUP;
+  std::vector<float> xsum(M * groups, 0.f);  // per row and group: sum of x (the lows' weight)
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) xsum[m * groups + k / GROUP] += bf2f(x[m * K + k]);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> acc(M * PANEL);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < panels; ++b) {
+      std::fill(acc.begin(), acc.end(), 0.f);
+      const uint8_t* panel = packed + b * PANEL * K / 2;
+      const float* s = sl + b * groups * 2 * PANEL;
+      for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = std::min(KC, K - k0);
+        const uint8_t* p = panel + k0 / 2 * PANEL;
+        const float* sg = s + k0 / GROUP * 2 * PANEL;
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4)
+          micro4<4>(x + m * K + k0, K, p, sg, xsum.data() + m * groups + k0 / GROUP, groups, kc, acc.data() + m * PANEL);
+        for (; m < M; ++m)
+          micro4<1>(x + m * K + k0, K, p, sg, xsum.data() + m * groups + k0 / GROUP, groups, kc, acc.data() + m * PANEL);
+      }
+      const int64_t n0 = b * PANEL, nn = std::min(PANEL, N - n0);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < nn; ++j)
+          y[m * N + n0 + j] = f2bf(acc[m * PANEL + j] + (bias ? bf2f(bias[n0 + j]) : 0.f));
+    }
+  }
 }

@@ -1,5 +1,7 @@
 """Matmul kernels and the per-(format, rows) choice among them."""
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 
@@ -35,7 +37,7 @@ class TestCandidates:
                 assert torch.allclose(y.float(), ref, atol=1e-2, rtol=1e-2), (kernel, rows)
 
     def test_every_int4_candidate_matches_its_reference(self):
-        """The int4 kernel equals the Int4Weight's own product; dense/onednn/packed equal F.linear on the kept bf16 copy."""
+        """The int4 kernel equals the Int4Weight's own product, and so does the packed int4 kernel; dense/onednn equal F.linear on the kept bf16 copy."""
         w = _weights()["layers.0.qkv.weight"]
         assert weight_format(w) == "int4" and candidates(w) == ("int4", "dense", "onednn", "packed")
         g = torch.Generator().manual_seed(2)
@@ -44,23 +46,27 @@ class TestCandidates:
             int4 = KERNELS["int4"](x, prepare("int4", w), None)
             assert torch.equal(int4, w.linear(x) if rows <= 16 else KERNELS["int4"](x, w, None))
             ref = F.linear(x, w.dense).float()
-            for kernel in ("dense", "onednn", "packed"):
+            for kernel in ("dense", "onednn"):
                 y = KERNELS[kernel](x, prepare(kernel, w), None).float()
                 assert torch.allclose(y, ref, atol=1e-2, rtol=1e-2), (kernel, rows)
+            packed = KERNELS["packed"](x, prepare("packed", w), None).float()  # int4 codes, like the int4 kernel
+            assert torch.allclose(packed, int4.float(), atol=2e-2, rtol=2e-2), rows
 
     def test_fp32_keeps_f_linear(self):
         """fp32 weights (reference runs, tests) have F.linear as their only kernel."""
         assert candidates(torch.randn(8, 64)) == ("linear",)
 
     def test_int4_without_dense_copy_has_only_its_kernel(self):
-        """An Int4Weight without a bf16 copy can only run the int4 kernel; its shape comes from its scales."""
+        """An Int4Weight without a bf16 copy runs the int4 kernel or (with its codes) the packed one; its shape comes from its scales."""
         w = quantize_weights({"a.weight": torch.randn(48, 128).to(torch.bfloat16)})["a.weight"]
-        assert candidates(w) == ("int4",) and weight_shape(w) == (48, 128)
+        assert candidates(w) == ("int4", "packed") and weight_shape(w) == (48, 128)
+        assert candidates(replace(w, codes=None)) == ("int4",)
 
     def test_int4_operand_drops_the_dense_copy(self):
         """The int4 kernel's operand holds no dense copy, so a ladder without dense steps frees it."""
         w = _weights()["layers.0.qkv.weight"]
         assert prepare("int4", w).dense is None and w.dense is not None
+        assert prepare("int4", w).codes is None  # codes only live until the plan
 
 
 class TestChoose:
@@ -108,10 +114,11 @@ class TestApplyPlan:
             assert torch.allclose(y.float(), F.linear(x, before["layers.0.qkv.weight"]).float(), atol=1e-2)
 
     def test_default_only_or_impossible_ladders_leave_the_weight(self):
-        """A ladder of the default kernel alone, or naming a kernel the weight cannot run, changes nothing."""
+        """A ladder of the default kernel alone, or naming a kernel the weight cannot run, keeps the weight (int4: minus its codes)."""
         w = quantize_weights({"a.weight": torch.randn(48, 128).to(torch.bfloat16)})["a.weight"]
-        assert planned(w, ((128, "int4"),)) is w
-        assert planned(w, ((1, "int4"), (128, "dense"))) is w
+        for ladder in (((128, "int4"),), ((1, "int4"), (128, "dense")), None):
+            kept = planned(w, ladder)
+            assert kept.packed is w.packed and kept.scales_zeros is w.scales_zeros and kept.codes is None
         dense = torch.randn(8, 64).to(torch.bfloat16)
         assert planned(dense, ((128, "linear"),)) is dense and planned(dense, None) is dense
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from common.modeling import native
 from common.modeling.kernels import KERNELS, candidates, prepare
 from common.modeling.native import HUGE_PAGE, build, huge_empty, library, load
-from common.modeling.quant import Int8Weight, quantize_int8
+from common.modeling.quant import Int8Weight, int4_codes, quantize_int8
 
 SHAPES = ((64, 128), (100, 30), (70, 65), (256, 1024 + 96))  # (N, K): ragged panels, odd K, a K past one chunk
 ROWS = (1, 2, 5, 6, 7, 13, 16, 40)
@@ -82,6 +82,26 @@ class TestNumerics:
             alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(x.shape[0])])
             assert torch.equal(packed.linear(x), alone), name  # batch-invariant like the bf16 path
 
+    def test_int4_matches_its_dequantized_product(self, variants):
+        """int4 panels give x @ ((q - 8) * scale + zero).T within bf16 rounding of the fp32 product, in every variant."""
+        g = torch.Generator().manual_seed(3)
+        for name, lib in variants.items():
+            for n, k in ((64, 128), (100, 192), (256, 1024 + 64)):  # ragged panels, a K past one chunk
+                w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
+                q, sz = int4_codes(w)
+                deq = ((q.float() - 8).view(n, k // 64, 64) * sz[..., 0].T.float()[..., None]
+                       + sz[..., 1].T.float()[..., None]).view(n, k)
+                b = torch.randn(n, generator=g).bfloat16()
+                packed = lib.pack_int4(q, sz)
+                for rows in ROWS:
+                    x = torch.randn(rows, k, generator=g).bfloat16()
+                    ref = x.float() @ deq.T + b.float()
+                    base = (F.linear(x, deq.bfloat16(), b).float() - ref).abs().max()
+                    err = (packed.linear(x, b).float() - ref).abs().max()
+                    assert err <= 2 * base + 2e-2, (name, n, k, rows, float(err), float(base))
+            alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(x.shape[0])])
+            assert torch.equal(packed.linear(x), alone), name
+
     def test_leading_dims_and_dtype_round_trip(self):
         """[B, T, K] inputs keep their leading dims; fp32 inputs come back fp32; zero rows give an empty result."""
         lib = library()
@@ -105,6 +125,11 @@ class TestErrors:
         """int8 packing with a scale count other than N raises ValueError."""
         with pytest.raises(ValueError, match="64 scales"):
             library().pack_int8(torch.zeros(64, 32, dtype=torch.int8), torch.ones(63))
+
+    def test_int4_needs_whole_groups(self):
+        """int4 packing of a K that is not a multiple of 64 raises ValueError instead of reading past a row."""
+        with pytest.raises(ValueError, match="K % 64"):
+            library().pack_int4(torch.zeros(64, 96, dtype=torch.uint8), torch.ones(1, 64, 2))
 
     def test_wrong_feature_count_is_refused(self):
         """An input whose last dimension is not K raises ValueError before the kernel reads past the rows."""
