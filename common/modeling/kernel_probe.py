@@ -32,7 +32,7 @@ from common.modeling.native import library
 PROBE_REPS = 5  # timed runs per (kernel, rows); the fastest counts
 PROBE_BUDGET_S = 10.0  # probing stops after this many seconds
 BUSY_SHARE = 0.6  # a probe whose threads got less of the CPU than this (CPU time / wall / threads) is not cached
-PLAN_VERSION = 2  # bump when kernels or the key change: old cache files are ignored
+PLAN_VERSION = 3  # bump when kernels or the key change: old cache files are ignored
 HEAD = "lm_head"  # the plan's key for the LM head (its own shape, timed on its own)
 HEAD_MAX_ROWS = 32  # the head sees tree-sized batches (prefill needs its last row only): no 128-row probe
 

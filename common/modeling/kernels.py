@@ -94,13 +94,15 @@ def candidates(w) -> tuple[str, ...]:
     if isinstance(w, Int8Weight):
         return ("native", "packed") if _int8_packable(w) else ("native",)
     if isinstance(w, Int4Weight):  # its bf16 copy (dense / onednn), its codes repacked (packed)
-        packed = ("packed",) if w.codes is not None and w.codes.device.type == "cpu" and library() is not None else ()
+        packed = ("packed",) if (w.codes is not None and w.codes.device.type == "cpu"
+                                 and w.scales_zeros.dtype == torch.bfloat16 and library() is not None) else ()
         return ("int4", *(("dense", *onednn) if onednn else ()), *packed)
     return ("native", "dense", *onednn) if onednn else ("native",)
 
 
 def _int8_packable(w: Int8Weight) -> bool:
-    """An int8 CPU weight whose scales are bf16 (the activations the packed kernel takes)."""
+    """An int8 CPU weight whose scales are bf16 (the activations the packed kernel takes; fp32
+    reference runs keep torch's kernels, bit for bit as before)."""
     return w.q.device.type == "cpu" and w.scales.dtype == torch.bfloat16 and library() is not None
 
 

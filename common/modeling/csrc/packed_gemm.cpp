@@ -336,8 +336,15 @@ extern "C" void treespec_gemm_int4(const bf16* x, const uint8_t* packed, const f
         int64_t m = 0;
         for (; m + 4 <= M; m += 4)
           micro4<4>(x + m * K + k0, K, p, sg, xsum.data() + m * groups + k0 / GROUP, groups, kc, acc.data() + m * PANEL);
-        for (; m < M; ++m)
-          micro4<1>(x + m * K + k0, K, p, sg, xsum.data() + m * groups + k0 / GROUP, groups, kc, acc.data() + m * PANEL);
+        const bf16* xr = x + m * K + k0;
+        const float* xs = xsum.data() + m * groups + k0 / GROUP;
+        float* ar = acc.data() + m * PANEL;
+        switch (M - m) {  // the remainder as one block: every weight is widened once per block
+          case 3: micro4<3>(xr, K, p, sg, xs, groups, kc, ar); break;
+          case 2: micro4<2>(xr, K, p, sg, xs, groups, kc, ar); break;
+          case 1: micro4<1>(xr, K, p, sg, xs, groups, kc, ar); break;
+          default: break;
+        }
       }
       const int64_t n0 = b * PANEL, nn = std::min(PANEL, N - n0);
       for (int64_t m = 0; m < M; ++m)

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from common.modeling.kernels import (KERNELS, PlannedWeight, apply_plan, candidates, choose, pick, planned, prepare,
                                      weight_format, weight_shape)
-from common.modeling.quant import quantize_weights
+from common.modeling.quant import quantize_main_weights, quantize_weights
 
 ROWS = (1, 3, 8, 16, 33)
 
@@ -55,6 +55,13 @@ class TestCandidates:
     def test_fp32_keeps_f_linear(self):
         """fp32 weights (reference runs, tests) have F.linear as their only kernel."""
         assert candidates(torch.randn(8, 64)) == ("linear",)
+
+    def test_fp32_quantized_weights_keep_torch_kernels(self):
+        """int8/int4 weights with fp32 scales (fp32 activations) never get the bf16 packed kernel."""
+        w = torch.randn(64, 128)
+        q = quantize_main_weights({"a.weight": w, "b.weight": w.clone()}, "int8", torch.float32)["a.weight"]
+        q4 = quantize_main_weights({"a.weight": w}, "int4", torch.float32)["a.weight"]
+        assert candidates(q) == ("native",) and candidates(q4) == ("int4",)
 
     def test_int4_without_dense_copy_has_only_its_kernel(self):
         """An Int4Weight without a bf16 copy runs the int4 kernel or (with its codes) the packed one; its shape comes from its scales."""
