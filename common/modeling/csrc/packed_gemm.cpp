@@ -51,43 +51,31 @@ static inline int64_t npad(int64_t N) { return (N + PANEL - 1) / PANEL * PANEL; 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #define VARIANT "avx512bf16"
 static const int MB = 6;  // rows per register block: 6 x 4 accumulators + 4 weight registers
-// acc[i][0:64] += x[i, k0:k0+kc] . panel[k0:k0+kc] for R rows (x rows have even length K)
-template <int R>
-static void micro(const bf16* x, int64_t K, const bf16* panel, int64_t k0, int64_t kc, float* acc) {
-  __m512 a[R][4];
-  for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) a[i][v] = _mm512_loadu_ps(acc + i * PANEL + v * 16);
-  const bf16* p = panel + k0 * PANEL;
-  for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
-    __m512bh w0 = (__m512bh)_mm512_loadu_si512(p), w1 = (__m512bh)_mm512_loadu_si512(p + 32);
-    __m512bh w2 = (__m512bh)_mm512_loadu_si512(p + 64), w3 = (__m512bh)_mm512_loadu_si512(p + 96);
-    for (int i = 0; i < R; ++i) {
-      int32_t pair; std::memcpy(&pair, x + i * K + k, 4);
-      __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
-      a[i][0] = _mm512_dpbf16_ps(a[i][0], xb, w0); a[i][1] = _mm512_dpbf16_ps(a[i][1], xb, w1);
-      a[i][2] = _mm512_dpbf16_ps(a[i][2], xb, w2); a[i][3] = _mm512_dpbf16_ps(a[i][3], xb, w3);
-    }
+// A k-pair of a panel as 4 x 32 bf16 (16 outputs x the pair each): bf16 panels load it, int8
+// panels (the same [K/2][64][2] order, one byte each) widen it in registers (exact: |q| <= 127).
+static inline void load_pair(const bf16* p, __m512bh w[4]) {
+  for (int v = 0; v < 4; ++v) w[v] = (__m512bh)_mm512_loadu_si512(p + v * 32);
+}
+static inline void load_pair(const int8_t* p, __m512bh w[4]) {
+  for (int v = 0; v < 4; ++v) {
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(p + v * 32))));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(p + v * 32 + 16))));
+    w[v] = _mm512_cvtne2ps_pbh(hi, lo);  // lanes 0..15 from lo, 16..31 from hi
   }
-  for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc + i * PANEL + v * 16, a[i][v]);
 }
-
-// int8 panel: the same [K/2][64][2] order, one byte each; widened to bf16 in registers.
-static inline __m512bh widen32(const int8_t* p) {  // 32 int8 -> 32 bf16 (exact)
-  __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
-  __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(p + 16))));
-  return _mm512_cvtne2ps_pbh(hi, lo);  // lanes 0..15 from lo, 16..31 from hi
-}
-template <int R>
-static void micro(const bf16* x, int64_t K, const int8_t* panel, int64_t k0, int64_t kc, float* acc) {
+// acc[i][0:64] += x[i, k0:k0+kc] . panel[k0:k0+kc] for R rows (x rows have even length K)
+template <int R, typename W>
+static void micro(const bf16* x, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc) {
   __m512 a[R][4];
   for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) a[i][v] = _mm512_loadu_ps(acc + i * PANEL + v * 16);
-  const int8_t* p = panel + k0 * PANEL;
+  const W* p = panel + k0 * PANEL;
   for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
-    __m512bh w0 = widen32(p), w1 = widen32(p + 32), w2 = widen32(p + 64), w3 = widen32(p + 96);
+    __m512bh w[4];
+    load_pair(p, w);
     for (int i = 0; i < R; ++i) {
       int32_t pair; std::memcpy(&pair, x + i * K + k, 4);
       __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
-      a[i][0] = _mm512_dpbf16_ps(a[i][0], xb, w0); a[i][1] = _mm512_dpbf16_ps(a[i][1], xb, w1);
-      a[i][2] = _mm512_dpbf16_ps(a[i][2], xb, w2); a[i][3] = _mm512_dpbf16_ps(a[i][3], xb, w3);
+      for (int v = 0; v < 4; ++v) a[i][v] = _mm512_dpbf16_ps(a[i][v], xb, w[v]);
     }
   }
   for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc + i * PANEL + v * 16, a[i][v]);
