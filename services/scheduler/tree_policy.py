@@ -20,6 +20,10 @@ over ``width`` frontier nodes each; plain decoding is (n, D) = (0, 0) with rate
 B / verify_ms(B). Larger batches make verification steeper, so the chosen tree shrinks
 (down to plain decoding) as load grows.
 
+The model can be wrong (per-level overheads, lookup rows, a busy host), so ``RealizedRates``
+checks it: committed tokens per ms measured on speculative and on plain rounds per batch
+size; speculation that measured slower than plain at this batch decodes plainly.
+
 Prompt-lookup candidates (``common/lookup.py``) are a second source of tree nodes that
 costs no draft compute, only verify rows. ``LookupStats`` records, per sequence-round
 where lookup added nodes, how many it added (a) and how many of those the main model
@@ -103,6 +107,35 @@ class AcceptanceTable:
         return float(self.total[size_index, depth] / w) if w >= MIN_WEIGHT else None
 
 
+PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
+RATE_DECAY = 0.9  # weight of older rounds in a measured rate
+MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
+
+
+class RealizedRates:
+    """Committed tokens per ms actually measured, per batch size, for speculative rounds and
+    for plain rounds (decayed sums of tokens and of the workers' draft + verify ms). The cost
+    model predicts from start-up curves; this is the check on it: when speculation measured
+    slower than plain decoding at this batch size, the policy decodes plainly (issue 15: the
+    service must never be slower than plain). Plain rounds come from that choice and from a
+    probe every ``PLAIN_PROBE_EVERY`` rounds; speculative ones from the explore rounds."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[int, bool], list[float]] = {}  # (batch, speculative) -> [tokens, ms, weight]
+
+    def observe(self, batch: int, speculative: bool, tokens: int, ms: float) -> None:
+        """One round of ``batch`` sequences that committed ``tokens`` in ``ms`` (draft + verify)."""
+        if ms <= 0:
+            return
+        t, m, w = self.sums.get((batch, speculative), (0.0, 0.0, 0.0))
+        self.sums[(batch, speculative)] = [t * RATE_DECAY + tokens, m * RATE_DECAY + ms, w * RATE_DECAY + 1]
+
+    def rate(self, batch: int, speculative: bool) -> float | None:
+        """Measured tokens/ms, or None before ``MIN_RATE_WEIGHT`` rounds."""
+        t, m, w = self.sums.get((batch, speculative), (0.0, 0.0, 0.0))
+        return t / m if w >= MIN_RATE_WEIGHT and m > 0 else None
+
+
 DEFAULT_LOOKUP_ACCEPT = 0.5  # per-node acceptance assumed for lookup nodes before any is measured
 MIN_LOOKUP_ACCEPT = 0.02  # floor of the per-node estimate (keeps log-scores finite)
 
@@ -157,6 +190,7 @@ class TreePolicy:
         self.last_reason = "default until measured"
         self.lookup = LookupStats()
         self.lookup_rounds = 0
+        self.realized = RealizedRates()
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
@@ -178,6 +212,21 @@ class TreePolicy:
             self.last_reason = "explore"
             return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
                     min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
+        if self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1:  # between explore rounds
+            self.last_reason = "measure plain"
+            return 0, 0
+        best, best_rate = self._modelled_best(batch)
+        spec, plain = self.realized.rate(batch, True), self.realized.rate(batch, False)
+        if best != (0, 0) and spec is not None and plain is not None and spec < plain:
+            best = (0, 0)
+            self.last_reason = f"measured {spec:.4f} < plain {plain:.4f} tokens/ms at batch {batch}"
+        else:
+            self.last_reason = f"max expected tokens/ms {best_rate:.4f} at batch {batch}"
+        self.best = best
+        return best
+
+    def _modelled_best(self, batch: int) -> tuple[tuple[int, int], float]:
+        """The (size, depth) of most expected tokens/ms by the cost curves, and that rate."""
         best, best_rate = (0, 0), batch / self.verify.ms(batch)
         for si, size in enumerate(SIZES):
             for depth in range(1, min(size, self.max_depth) + 1):
@@ -187,9 +236,7 @@ class TreePolicy:
                 rate = batch * (exp + 1) / (self.verify.ms(batch * (size + 1)) + self._draft_ms(batch, depth, exp))
                 if rate > best_rate:
                     best, best_rate = (size, depth), rate
-        self.last_reason = f"max expected tokens/ms {best_rate:.4f} at batch {batch}"
-        self.best = best
-        return best
+        return best, best_rate
 
     def lookup_nodes(self, batch: int, size: int, depth: int) -> int:
         """Lookup nodes each sequence of this round may graft onto its draft tree of

@@ -7,8 +7,9 @@ import pytest
 
 from common.config import Config
 from common.tree import TokenTree
-from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, SIZES,
-                                           AcceptanceTable, CostCurve, TreePolicy)
+from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
+                                           PLAIN_PROBE_EVERY, SIZES, AcceptanceTable, CostCurve, RealizedRates,
+                                           TreePolicy)
 
 
 def chain_tree(depth: int, siblings: int = 3) -> TokenTree:
@@ -124,6 +125,52 @@ class TestTreePolicy:
         size, depth = p.choose(1)
         assert size == max(2 * best[0], SIZES[2])
         assert depth == min(12, 2 * best[1] + EXPLORE_EXTRA_DEPTH) < 12
+
+
+class TestRealizedRates:
+    def test_measured_slower_speculation_decodes_plainly(self):
+        """When speculative rounds measured fewer tokens/ms than plain ones at this batch, the policy picks plain even though the cost model prefers a tree."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        assert p.choose(1) != (0, 0)  # the model alone: a big tree
+        for _ in range(5):
+            p.realized.observe(1, True, tokens=3, ms=400.0)  # 0.0075 tokens/ms
+            p.realized.observe(1, False, tokens=1, ms=100.0)  # 0.01 tokens/ms
+        p.rounds = 1
+        assert p.choose(1) == (0, 0) and "measured" in p.last_reason
+
+    def test_faster_speculation_and_other_batches_keep_the_model(self):
+        """Measured speculation faster than plain keeps the modelled tree; rates of another batch size do not apply."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        for _ in range(5):
+            p.realized.observe(1, True, tokens=5, ms=200.0)
+            p.realized.observe(1, False, tokens=1, ms=100.0)
+            p.realized.observe(4, True, tokens=4, ms=800.0)
+            p.realized.observe(4, False, tokens=4, ms=100.0)
+        p.rounds = 1
+        assert p.choose(1) != (0, 0)
+        p.rounds = 1
+        assert p.choose(2) != (0, 0)  # batch 2 has no measurements
+        p.rounds = 1
+        assert p.choose(4) == (0, 0)
+
+    def test_plain_probe_round(self):
+        """One round in PLAIN_PROBE_EVERY decodes plainly so the plain rate stays measured."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        shapes = []
+        p.rounds = 1
+        for _ in range(PLAIN_PROBE_EVERY):
+            shapes.append(p.choose(1))
+        assert shapes.count((0, 0)) == 1
+
+    def test_unmeasured_rate_is_none(self):
+        """A rate needs MIN_RATE_WEIGHT decayed rounds; zero-ms rounds are ignored."""
+        r = RealizedRates()
+        r.observe(1, True, tokens=4, ms=0.0)
+        r.observe(1, True, tokens=4, ms=100.0)
+        assert r.rate(1, True) is None
+        r.observe(1, True, tokens=4, ms=100.0)
+        r.observe(1, True, tokens=4, ms=100.0)
+        assert r.rate(1, True) == pytest.approx(0.04)
 
 
 class TestLookupNodes:
