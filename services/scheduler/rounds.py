@@ -335,7 +335,7 @@ class RoundDriver:
                 out += self._release(seq)
         if not rnd.prefill and accepted:  # a prefill round's cost is the prompt's, not decoding's
             speculative = any(t.tokens.shape and t.tokens.shape[0] > 0 for t in rnd.trees.values())
-            self.policy.realized.observe(len(accepted), speculative, sum(accepted), rnd.draft_ms + rnd.verify_ms)
+            self.policy.observe_round(speculative, sum(accepted), rnd.draft_ms + rnd.verify_ms)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted, from_guess=rnd.guessed)
         return out
 

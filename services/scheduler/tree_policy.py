@@ -20,9 +20,9 @@ over ``width`` frontier nodes each; plain decoding is (n, D) = (0, 0) with rate
 B / verify_ms(B). Larger batches make verification steeper, so the chosen tree shrinks
 (down to plain decoding) as load grows.
 
-The model can be wrong (per-level overheads, lookup rows, a busy host), so ``RealizedRates``
-checks it: committed tokens per ms measured on speculative and on plain rounds per batch
-size; speculation that measured slower than plain at this batch decodes plainly.
+The model can be wrong (per-level overheads, lookup rows, load, a drifting host), so
+``Calibration`` checks it: measured over modelled tokens per ms, for speculative and for plain
+rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
 
 Prompt-lookup candidates (``common/lookup.py``) are a second source of tree nodes that
 costs no draft compute, only verify rows. ``LookupStats`` records, per sequence-round
@@ -112,28 +112,31 @@ RATE_DECAY = 0.9  # weight of older rounds in a measured rate
 MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
 
 
-class RealizedRates:
-    """Committed tokens per ms actually measured, per batch size, for speculative rounds and
-    for plain rounds (decayed sums of tokens and of the workers' draft + verify ms). The cost
-    model predicts from start-up curves; this is the check on it: when speculation measured
-    slower than plain decoding at this batch size, the policy decodes plainly (issue 15: the
-    service must never be slower than plain). Plain rounds come from that choice and from a
-    probe every ``PLAIN_PROBE_EVERY`` rounds; speculative ones from the explore rounds."""
+class Calibration:
+    """Measured against modelled committed tokens per ms, for speculative and for plain rounds
+    (decayed sums). The cost model predicts from start-up curves and can be wrong (per-level
+    overheads, lookup rows, load, a drifting host); ``factor`` scales its predicted rates so
+    that speculation measured slower than plain decoding loses to it (issue 15: the service
+    must never be slower than plain). One factor per kind, shared by every batch size, so it
+    is learnt within a few rounds; plain rounds come from that choice and from a probe every
+    ``PLAIN_PROBE_EVERY`` rounds."""
 
     def __init__(self) -> None:
-        self.sums: dict[tuple[int, bool], list[float]] = {}  # (batch, speculative) -> [tokens, ms, weight]
+        self.sums: dict[bool, list[float]] = {}  # speculative -> [tokens, ms, model tokens, model ms, weight]
 
-    def observe(self, batch: int, speculative: bool, tokens: int, ms: float) -> None:
-        """One round of ``batch`` sequences that committed ``tokens`` in ``ms`` (draft + verify)."""
-        if ms <= 0:
+    def observe(self, speculative: bool, tokens: int, ms: float, model_tokens: float, model_ms: float) -> None:
+        """One round: ``tokens`` committed in ``ms`` (the workers' draft + verify ms), where the
+        model expected ``model_tokens`` in ``model_ms``."""
+        if ms <= 0 or model_ms <= 0 or model_tokens <= 0:
             return
-        t, m, w = self.sums.get((batch, speculative), (0.0, 0.0, 0.0))
-        self.sums[(batch, speculative)] = [t * RATE_DECAY + tokens, m * RATE_DECAY + ms, w * RATE_DECAY + 1]
+        t, m, mt, mm, w = self.sums.get(speculative, [0.0] * 5)
+        d = RATE_DECAY
+        self.sums[speculative] = [t * d + tokens, m * d + ms, mt * d + model_tokens, mm * d + model_ms, w * d + 1]
 
-    def rate(self, batch: int, speculative: bool) -> float | None:
-        """Measured tokens/ms, or None before ``MIN_RATE_WEIGHT`` rounds."""
-        t, m, w = self.sums.get((batch, speculative), (0.0, 0.0, 0.0))
-        return t / m if w >= MIN_RATE_WEIGHT and m > 0 else None
+    def factor(self, speculative: bool) -> float:
+        """Measured rate / modelled rate; 1.0 before ``MIN_RATE_WEIGHT`` rounds."""
+        t, m, mt, mm, w = self.sums.get(speculative, [0.0] * 5)
+        return (t / m) / (mt / mm) if w >= MIN_RATE_WEIGHT and t > 0 and m > 0 and mt > 0 else 1.0
 
 
 DEFAULT_LOOKUP_ACCEPT = 0.5  # per-node acceptance assumed for lookup nodes before any is measured
@@ -190,7 +193,8 @@ class TreePolicy:
         self.last_reason = "default until measured"
         self.lookup = LookupStats()
         self.lookup_rounds = 0
-        self.realized = RealizedRates()
+        self.calibration = Calibration()
+        self.modelled: tuple[bool, float, float] | None = None  # (speculative, tokens, ms) of the last choice
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
@@ -202,6 +206,7 @@ class TreePolicy:
 
     def choose(self, batch: int) -> tuple[int, int]:
         """(tree nodes, max depth) for a round of ``batch`` sequences; (0, 0) = plain."""
+        self.modelled = None  # only a modelled choice is calibrated
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
@@ -214,29 +219,38 @@ class TreePolicy:
                     min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
         if self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1:  # between explore rounds
             self.last_reason = "measure plain"
+            self.modelled = (False, batch, self.verify.ms(batch))
             return 0, 0
-        best, best_rate = self._modelled_best(batch)
-        spec, plain = self.realized.rate(batch, True), self.realized.rate(batch, False)
-        if best != (0, 0) and spec is not None and plain is not None and spec < plain:
-            best = (0, 0)
-            self.last_reason = f"measured {spec:.4f} < plain {plain:.4f} tokens/ms at batch {batch}"
-        else:
-            self.last_reason = f"max expected tokens/ms {best_rate:.4f} at batch {batch}"
+        best, rate, model = self._modelled_best(batch)
+        self.modelled = model
+        self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
+                            f"{self.calibration.factor(True):.2f}, plain {self.calibration.factor(False):.2f})")
         self.best = best
         return best
 
-    def _modelled_best(self, batch: int) -> tuple[tuple[int, int], float]:
-        """The (size, depth) of most expected tokens/ms by the cost curves, and that rate."""
-        best, best_rate = (0, 0), batch / self.verify.ms(batch)
+    def observe_round(self, speculative: bool, tokens: int, ms: float) -> None:
+        """A finished decode round (``tokens`` committed in ``ms`` of draft + verify work)
+        calibrates the model's prediction for the shape chosen for it."""
+        if self.modelled is not None and self.modelled[0] == speculative:
+            self.calibration.observe(speculative, tokens, ms, *self.modelled[1:])
+
+    def _modelled_best(self, batch: int) -> tuple[tuple[int, int], float, tuple[bool, float, float]]:
+        """The (size, depth) of most expected tokens/ms (model rates times their calibration
+        factors), that rate, and the uncalibrated (speculative, tokens, ms) it predicts."""
+        plain_ms = self.verify.ms(batch)
+        best, model = (0, 0), (False, float(batch), plain_ms)
+        best_rate = batch / plain_ms * self.calibration.factor(False)
+        spec_factor = self.calibration.factor(True)
         for si, size in enumerate(SIZES):
             for depth in range(1, min(size, self.max_depth) + 1):
                 exp = self.table.expected(si, depth)
                 if exp is None:
                     continue
-                rate = batch * (exp + 1) / (self.verify.ms(batch * (size + 1)) + self._draft_ms(batch, depth, exp))
+                ms = self.verify.ms(batch * (size + 1)) + self._draft_ms(batch, depth, exp)
+                rate = batch * (exp + 1) / ms * spec_factor
                 if rate > best_rate:
-                    best, best_rate = (size, depth), rate
-        return best, best_rate
+                    best, best_rate, model = (size, depth), rate, (True, batch * (exp + 1), ms)
+        return best, best_rate, model
 
     def lookup_nodes(self, batch: int, size: int, depth: int) -> int:
         """Lookup nodes each sequence of this round may graft onto its draft tree of

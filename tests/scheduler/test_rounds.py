@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from common import wire
 from common.config import Config
 from services.scheduler.core import SchedulerCore
@@ -13,7 +11,7 @@ from services.scheduler.rounds import VERIFIER_WAIT_FACTOR, RoundDriver
 from services.scheduler.workers import WorkerRegistry
 
 DRAFT, VERIFIER, GW = b"d", b"v", b"gw"
-PARAMS = wire.SamplingParams(max_tokens=8, ignore_eos=True)
+PARAMS = wire.SamplingParams(max_tokens=4, ignore_eos=True)
 
 
 class NullLog:
@@ -52,19 +50,19 @@ class TestDegraded:
         assert deltas(out, "r")[0].tokens == [8] and drv.plain_steps == 1
 
 
-class TestRealizedRates:
-    def test_decode_rounds_feed_the_measured_rates_prefill_rounds_do_not(self):
-        """A plain decode round reports its committed tokens and worker ms to the policy's realized rates; the prefill round does not."""
+class TestCalibration:
+    def test_decode_rounds_calibrate_the_policy_prefill_rounds_do_not(self):
+        """A plain decode round reports its committed tokens and worker ms to the tree policy's calibration; the prefill round does not."""
         drv = driver(draft=False)
         drv.had_draft = True
+        seen = []
+        drv.policy.observe_round = lambda speculative, tokens, ms: seen.append((speculative, tokens, ms))
         drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS))
-        for bonus in (7, 8, 9, 10):
+        for bonus in (7, 8, 9):
             (_, step), = drv.start(0.0)
             drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=50.0,
                                                       outs={"r": wire.VerifyOut(accepted=[], bonus=bonus)}), 0.0)
-        assert drv.policy.realized.sums[(1, False)][2] == pytest.approx(1 + 0.9 + 0.81)  # three decode rounds, decayed
-        assert drv.policy.realized.rate(1, False) == pytest.approx(1 / 50.0)
-        assert (1, True) not in drv.policy.realized.sums
+        assert seen == [(False, 1, 50.0), (False, 1, 50.0)]  # two decode rounds; the prefill round is left out
 
 
 class TestPrefillRound:

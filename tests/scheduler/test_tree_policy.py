@@ -8,7 +8,7 @@ import pytest
 from common.config import Config
 from common.tree import TokenTree
 from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
-                                           PLAIN_PROBE_EVERY, SIZES, AcceptanceTable, CostCurve, RealizedRates,
+                                           PLAIN_PROBE_EVERY, SIZES, AcceptanceTable, Calibration, CostCurve,
                                            TreePolicy)
 
 
@@ -127,31 +127,33 @@ class TestTreePolicy:
         assert depth == min(12, 2 * best[1] + EXPLORE_EXTRA_DEPTH) < 12
 
 
-class TestRealizedRates:
-    def test_measured_slower_speculation_decodes_plainly(self):
-        """When speculative rounds measured fewer tokens/ms than plain ones at this batch, the policy picks plain even though the cost model prefers a tree."""
-        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
-        assert p.choose(1) != (0, 0)  # the model alone: a big tree
+class TestCalibration:
+    def test_speculation_measured_slower_than_modelled_decodes_plainly(self):
+        """When speculative rounds commit far fewer tokens/ms than the model predicted (plain as predicted), the policy decodes plainly although the model alone prefers a tree."""
+        p = policy(((1, 100.0), (2, 110.0), (256, 2600.0)), ((1, 5.0), (256, 50.0)))
+        shape = p.choose(1)
+        assert shape != (0, 0) and p.modelled[0]
+        _, model_tokens, model_ms = p.modelled
         for _ in range(5):
-            p.realized.observe(1, True, tokens=3, ms=400.0)  # 0.0075 tokens/ms
-            p.realized.observe(1, False, tokens=1, ms=100.0)  # 0.01 tokens/ms
+            p.calibration.observe(True, tokens=round(model_tokens), ms=model_ms * 3, model_tokens=model_tokens,
+                                  model_ms=model_ms)
+            p.calibration.observe(False, tokens=1, ms=100.0, model_tokens=1, model_ms=100.0)
         p.rounds = 1
-        assert p.choose(1) == (0, 0) and "measured" in p.last_reason
+        assert p.choose(1) == (0, 0) and p.modelled[0] is False
+        assert p.calibration.factor(True) == pytest.approx(1 / 3, rel=0.1)  # tokens rounded to whole ones
 
-    def test_faster_speculation_and_other_batches_keep_the_model(self):
-        """Measured speculation faster than plain keeps the modelled tree; rates of another batch size do not apply."""
+    def test_rounds_calibrate_the_choice_made_for_them(self):
+        """observe_round feeds the calibration of the kind chosen (a plain result after a speculative choice is ignored); factors stay 1 until MIN_RATE_WEIGHT rounds."""
         p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
-        for _ in range(5):
-            p.realized.observe(1, True, tokens=5, ms=200.0)
-            p.realized.observe(1, False, tokens=1, ms=100.0)
-            p.realized.observe(4, True, tokens=4, ms=800.0)
-            p.realized.observe(4, False, tokens=4, ms=100.0)
-        p.rounds = 1
-        assert p.choose(1) != (0, 0)
-        p.rounds = 1
-        assert p.choose(2) != (0, 0)  # batch 2 has no measurements
-        p.rounds = 1
-        assert p.choose(4) == (0, 0)
+        p.choose(1)
+        assert p.modelled[0] is True
+        p.observe_round(False, tokens=1, ms=100.0)
+        assert False not in p.calibration.sums
+        p.observe_round(True, tokens=2, ms=100.0)
+        assert p.calibration.factor(True) == 1.0  # one round: not enough
+        for _ in range(3):
+            p.observe_round(True, tokens=2, ms=100.0)
+        assert p.calibration.factor(True) < 1.0
 
     def test_plain_probe_round(self):
         """One round in PLAIN_PROBE_EVERY decodes plainly so the plain rate stays measured."""
@@ -162,15 +164,12 @@ class TestRealizedRates:
             shapes.append(p.choose(1))
         assert shapes.count((0, 0)) == 1
 
-    def test_unmeasured_rate_is_none(self):
-        """A rate needs MIN_RATE_WEIGHT decayed rounds; zero-ms rounds are ignored."""
-        r = RealizedRates()
-        r.observe(1, True, tokens=4, ms=0.0)
-        r.observe(1, True, tokens=4, ms=100.0)
-        assert r.rate(1, True) is None
-        r.observe(1, True, tokens=4, ms=100.0)
-        r.observe(1, True, tokens=4, ms=100.0)
-        assert r.rate(1, True) == pytest.approx(0.04)
+    def test_zero_ms_rounds_are_ignored(self):
+        """A round without measured ms (or without a model) does not calibrate."""
+        c = Calibration()
+        for _ in range(5):
+            c.observe(True, tokens=4, ms=0.0, model_tokens=4, model_ms=100.0)
+        assert c.factor(True) == 1.0 and True not in c.sums
 
 
 class TestLookupNodes:
