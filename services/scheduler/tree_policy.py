@@ -117,26 +117,37 @@ class Calibration:
     (decayed sums). The cost model predicts from start-up curves and can be wrong (per-level
     overheads, lookup rows, load, a drifting host); ``factor`` scales its predicted rates so
     that speculation measured slower than plain decoding loses to it (issue 15: the service
-    must never be slower than plain). One factor per kind, shared by every batch size, so it
-    is learnt within a few rounds; plain rounds come from that choice and from a probe every
-    ``PLAIN_PROBE_EVERY`` rounds."""
+    must never be slower than plain). One factor per kind and batch bucket (1, 2-3, 4-7, 8+
+    sequences: batching changes both kinds' costs differently); plain rounds come from that
+    choice and from probes (every ``PLAIN_PROBE_EVERY`` rounds, every 4th while the bucket's
+    plain factor is unmeasured)."""
 
     def __init__(self) -> None:
-        self.sums: dict[bool, list[float]] = {}  # speculative -> [tokens, ms, model tokens, model ms, weight]
+        self.sums: dict[tuple[int, bool], list[float]] = {}  # (bucket, speculative) -> [tokens, ms, model t, model ms, w]
 
-    def observe(self, speculative: bool, tokens: int, ms: float, model_tokens: float, model_ms: float) -> None:
+    @staticmethod
+    def bucket(batch: int) -> int:
+        """Batch bucket: 1, 2 (2-3), 4 (4-7) or 8 (8 and more sequences)."""
+        return 1 if batch <= 1 else 2 if batch <= 3 else 4 if batch <= 7 else 8
+
+    def observe(self, batch: int, speculative: bool, tokens: int, ms: float, model_tokens: float,
+                model_ms: float) -> None:
         """One round: ``tokens`` committed in ``ms`` (the workers' draft + verify ms), where the
         model expected ``model_tokens`` in ``model_ms``."""
         if ms <= 0 or model_ms <= 0 or model_tokens <= 0:
             return
-        t, m, mt, mm, w = self.sums.get(speculative, [0.0] * 5)
-        d = RATE_DECAY
-        self.sums[speculative] = [t * d + tokens, m * d + ms, mt * d + model_tokens, mm * d + model_ms, w * d + 1]
+        key, d = (self.bucket(batch), speculative), RATE_DECAY
+        t, m, mt, mm, w = self.sums.get(key, [0.0] * 5)
+        self.sums[key] = [t * d + tokens, m * d + ms, mt * d + model_tokens, mm * d + model_ms, w * d + 1]
 
-    def factor(self, speculative: bool) -> float:
-        """Measured rate / modelled rate; 1.0 before ``MIN_RATE_WEIGHT`` rounds."""
-        t, m, mt, mm, w = self.sums.get(speculative, [0.0] * 5)
-        return (t / m) / (mt / mm) if w >= MIN_RATE_WEIGHT and t > 0 and m > 0 and mt > 0 else 1.0
+    def measured(self, batch: int, speculative: bool) -> bool:
+        """Whether this kind has ``MIN_RATE_WEIGHT`` decayed rounds in ``batch``'s bucket."""
+        return self.sums.get((self.bucket(batch), speculative), [0.0] * 5)[4] >= MIN_RATE_WEIGHT
+
+    def factor(self, batch: int, speculative: bool) -> float:
+        """Measured rate / modelled rate in ``batch``'s bucket; 1.0 before ``MIN_RATE_WEIGHT`` rounds."""
+        t, m, mt, mm, _ = self.sums.get((self.bucket(batch), speculative), [0.0] * 5)
+        return (t / m) / (mt / mm) if self.measured(batch, speculative) and t > 0 and m > 0 and mt > 0 else 1.0
 
 
 DEFAULT_LOOKUP_ACCEPT = 0.5  # per-node acceptance assumed for lookup nodes before any is measured
@@ -194,7 +205,7 @@ class TreePolicy:
         self.lookup = LookupStats()
         self.lookup_rounds = 0
         self.calibration = Calibration()
-        self.modelled: tuple[bool, float, float] | None = None  # (speculative, tokens, ms) of the last choice
+        self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
@@ -217,30 +228,32 @@ class TreePolicy:
             self.last_reason = "explore"
             return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
                     min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
-        if self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1:  # between explore rounds
+        probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
+        if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
             self.last_reason = "measure plain"
-            self.modelled = (False, batch, self.verify.ms(batch))
+            self.modelled = (batch, False, batch, self.verify.ms(batch))
             return 0, 0
         best, rate, model = self._modelled_best(batch)
         self.modelled = model
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
-                            f"{self.calibration.factor(True):.2f}, plain {self.calibration.factor(False):.2f})")
+                            f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
         self.best = best
         return best
 
     def observe_round(self, speculative: bool, tokens: int, ms: float) -> None:
         """A finished decode round (``tokens`` committed in ``ms`` of draft + verify work)
         calibrates the model's prediction for the shape chosen for it."""
-        if self.modelled is not None and self.modelled[0] == speculative:
-            self.calibration.observe(speculative, tokens, ms, *self.modelled[1:])
+        if self.modelled is not None and self.modelled[1] == speculative:
+            batch, _, model_tokens, model_ms = self.modelled
+            self.calibration.observe(batch, speculative, tokens, ms, model_tokens, model_ms)
 
-    def _modelled_best(self, batch: int) -> tuple[tuple[int, int], float, tuple[bool, float, float]]:
+    def _modelled_best(self, batch: int) -> tuple[tuple[int, int], float, tuple[int, bool, float, float]]:
         """The (size, depth) of most expected tokens/ms (model rates times their calibration
-        factors), that rate, and the uncalibrated (speculative, tokens, ms) it predicts."""
+        factors), that rate, and the uncalibrated (batch, speculative, tokens, ms) it predicts."""
         plain_ms = self.verify.ms(batch)
-        best, model = (0, 0), (False, float(batch), plain_ms)
-        best_rate = batch / plain_ms * self.calibration.factor(False)
-        spec_factor = self.calibration.factor(True)
+        best, model = (0, 0), (batch, False, float(batch), plain_ms)
+        best_rate = batch / plain_ms * self.calibration.factor(batch, False)
+        spec_factor = self.calibration.factor(batch, True)
         for si, size in enumerate(SIZES):
             for depth in range(1, min(size, self.max_depth) + 1):
                 exp = self.table.expected(si, depth)
@@ -249,7 +262,7 @@ class TreePolicy:
                 ms = self.verify.ms(batch * (size + 1)) + self._draft_ms(batch, depth, exp)
                 rate = batch * (exp + 1) / ms * spec_factor
                 if rate > best_rate:
-                    best, best_rate, model = (size, depth), rate, (True, batch * (exp + 1), ms)
+                    best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms)
         return best, best_rate, model
 
     def lookup_nodes(self, batch: int, size: int, depth: int) -> int:

@@ -132,44 +132,49 @@ class TestCalibration:
         """When speculative rounds commit far fewer tokens/ms than the model predicted (plain as predicted), the policy decodes plainly although the model alone prefers a tree."""
         p = policy(((1, 100.0), (2, 110.0), (256, 2600.0)), ((1, 5.0), (256, 50.0)))
         shape = p.choose(1)
-        assert shape != (0, 0) and p.modelled[0]
-        _, model_tokens, model_ms = p.modelled
+        assert shape != (0, 0) and p.modelled[1]
+        _, _, model_tokens, model_ms = p.modelled
         for _ in range(5):
-            p.calibration.observe(True, tokens=round(model_tokens), ms=model_ms * 3, model_tokens=model_tokens,
+            p.calibration.observe(1, True, tokens=round(model_tokens), ms=model_ms * 3, model_tokens=model_tokens,
                                   model_ms=model_ms)
-            p.calibration.observe(False, tokens=1, ms=100.0, model_tokens=1, model_ms=100.0)
+            p.calibration.observe(1, False, tokens=1, ms=100.0, model_tokens=1, model_ms=100.0)
         p.rounds = 1
-        assert p.choose(1) == (0, 0) and p.modelled[0] is False
-        assert p.calibration.factor(True) == pytest.approx(1 / 3, rel=0.1)  # tokens rounded to whole ones
+        assert p.choose(1) == (0, 0) and p.modelled[1] is False
+        assert p.calibration.factor(1, True) == pytest.approx(1 / 3, rel=0.1)  # tokens rounded to whole ones
+        assert p.calibration.factor(8, True) == 1.0  # another batch bucket: not measured
 
     def test_rounds_calibrate_the_choice_made_for_them(self):
         """observe_round feeds the calibration of the kind chosen (a plain result after a speculative choice is ignored); factors stay 1 until MIN_RATE_WEIGHT rounds."""
         p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
         p.choose(1)
-        assert p.modelled[0] is True
+        assert p.modelled[1] is True
         p.observe_round(False, tokens=1, ms=100.0)
-        assert False not in p.calibration.sums
+        assert (1, False) not in p.calibration.sums
         p.observe_round(True, tokens=2, ms=100.0)
-        assert p.calibration.factor(True) == 1.0  # one round: not enough
+        assert p.calibration.factor(1, True) == 1.0  # one round: not enough
         for _ in range(3):
             p.observe_round(True, tokens=2, ms=100.0)
-        assert p.calibration.factor(True) < 1.0
+        assert p.calibration.factor(1, True) < 1.0
 
     def test_plain_probe_round(self):
-        """One round in PLAIN_PROBE_EVERY decodes plainly so the plain rate stays measured."""
+        """Every 4th round decodes plainly while the bucket's plain factor is unmeasured, then one round in PLAIN_PROBE_EVERY."""
         p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
-        shapes = []
         p.rounds = 1
-        for _ in range(PLAIN_PROBE_EVERY):
-            shapes.append(p.choose(1))
+        shapes = [p.choose(1) for _ in range(PLAIN_PROBE_EVERY)]
+        assert shapes.count((0, 0)) == 5  # rounds 3, 7, 11, 15 and the periodic probe at 5
+        for _ in range(3):
+            p.calibration.observe(1, False, tokens=1, ms=100.0, model_tokens=1, model_ms=100.0)
+        p.rounds = 1
+        shapes = [p.choose(1) for _ in range(PLAIN_PROBE_EVERY)]
         assert shapes.count((0, 0)) == 1
 
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
         c = Calibration()
         for _ in range(5):
-            c.observe(True, tokens=4, ms=0.0, model_tokens=4, model_ms=100.0)
-        assert c.factor(True) == 1.0 and True not in c.sums
+            c.observe(1, True, tokens=4, ms=0.0, model_tokens=4, model_ms=100.0)
+        assert c.factor(1, True) == 1.0 and (1, True) not in c.sums
+        assert [Calibration.bucket(b) for b in (1, 2, 3, 4, 7, 8, 64)] == [1, 2, 2, 4, 4, 8, 8]
 
 
 class TestLookupNodes:
