@@ -9,9 +9,10 @@ default) picks the shape that maximises expected committed tokens per second, fr
   tree would have accepted: prune it to its best n nodes (EAGLE-2 re-ranking by draft
   score) at depth <= D, and the accepted path survives up to its first pruned node.
   For greedy decoding this counterfactual is exact, so one big tree measures every
-  (n, D) at once. Every ``EXPLORE_EVERY``-th round asks for a tree about twice the current
-  best (size and depth), so the estimates can grow toward bigger trees when they pay,
-  while exploring stays cheap when the best is small (heavy load).
+  (n, D) at once. Every ``EXPLORE_EVERY``-th round (4x less often while plain decoding is
+  best) asks for a tree about twice the current best (size and depth), so the estimates can
+  grow toward bigger trees when they pay, while exploring stays cheap when the best is small
+  (heavy load).
 
 Expected throughput for a round of B sequences (Sequoia, arXiv 2402.12374 §3.3):
     tokens/ms(n, D) = B * (E[accepted | n, D] + 1) / (verify_ms(B * (n + 1)) + draft_ms(B, D))
@@ -107,6 +108,7 @@ class AcceptanceTable:
         return float(self.total[size_index, depth] / w) if w >= MIN_WEIGHT else None
 
 
+PLAIN_EXPLORE_FACTOR = 4  # while plain decoding is best, explore 4x less often (a tree over a big batch is costly)
 PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
 RATE_DECAY = 0.9  # weight of older rounds in a measured rate
 MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
@@ -224,7 +226,8 @@ class TreePolicy:
         if self.verify is None or self.draft is None:
             self.last_reason = "default until measured"
             return AUTO_DEFAULT_SIZE, self.max_depth
-        if self.rounds % EXPLORE_EVERY == 1:  # probe a tree about twice the current best
+        explore_every = EXPLORE_EVERY * (PLAIN_EXPLORE_FACTOR if self.best == (0, 0) else 1)
+        if self.rounds % explore_every == 1:  # probe a tree about twice the current best
             self.last_reason = "explore"
             return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
                     min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))

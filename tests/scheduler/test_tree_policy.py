@@ -8,8 +8,8 @@ import pytest
 from common.config import Config
 from common.tree import TokenTree
 from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
-                                           PLAIN_PROBE_EVERY, SIZES, AcceptanceTable, Calibration, CostCurve,
-                                           TreePolicy)
+                                           PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY, SIZES, AcceptanceTable,
+                                           Calibration, CostCurve, TreePolicy)
 
 
 def chain_tree(depth: int, siblings: int = 3) -> TokenTree:
@@ -167,6 +167,17 @@ class TestCalibration:
         p.rounds = 1
         shapes = [p.choose(1) for _ in range(PLAIN_PROBE_EVERY)]
         assert shapes.count((0, 0)) == 1
+
+    def test_plain_best_explores_less_often(self):
+        """While plain decoding is the best shape, explore rounds come PLAIN_EXPLORE_FACTOR times less often."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        p.best = (0, 0)
+        p.rounds = EXPLORE_EVERY  # the next round would explore if a tree were best
+        p.choose(1)
+        assert p.last_reason != "explore"
+        p.best, p.rounds = (0, 0), EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR
+        p.choose(1)
+        assert p.last_reason == "explore"
 
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
