@@ -193,13 +193,9 @@ def apply_plan(weights: dict, plans: dict[str, tuple[tuple[int, str], ...]]) -> 
 
 
 def planned(w, ladder: tuple[tuple[int, str], ...] | None):
-    """``w`` wrapped in a PlannedWeight, or ``w`` itself when the ladder is missing, is the
-    default kernel alone, or names a kernel that cannot run ``w``."""
-    if isinstance(w, Int4Weight) and w.codes is not None:
-        w = replace(w, codes=None) if ladder is None else w  # codes only live on to be repacked
-    if ladder is None:
-        return w
+    """``w`` wrapped in a PlannedWeight, or ``w`` itself (an Int4Weight without its codes) when
+    the ladder is missing, is the default kernel alone, or names a kernel that cannot run ``w``."""
     allowed = candidates(w)
-    if any(k not in allowed for _, k in ladder) or {k for _, k in ladder} == {allowed[0]}:
-        return replace(w, codes=None) if isinstance(w, Int4Weight) else w
+    if ladder is None or any(k not in allowed for _, k in ladder) or {k for _, k in ladder} == {allowed[0]}:
+        return replace(w, codes=None) if isinstance(w, Int4Weight) else w  # int4 codes only live on to be repacked
     return PlannedWeight(w, ladder)

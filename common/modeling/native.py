@@ -122,6 +122,8 @@ class PackedGemmLibrary:
         self._lib.treespec_pack_int4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_int]
         self._lib.treespec_gemm_int4.argtypes = self._lib.treespec_gemm_int8.argtypes
         self.variant = self._lib.treespec_variant().decode()
+        self._gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
+                      "int4": self._lib.treespec_gemm_int4}
 
     def pack(self, weight: torch.Tensor) -> PackedWeight:
         """Repack a dense ``[N, K]`` bf16 CPU weight into panels (a new tensor in huge pages;
@@ -166,10 +168,8 @@ class PackedGemmLibrary:
         bias and out bf16 (unchecked: :meth:`PackedWeight.linear` prepares them)."""
         common = (0 if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], packed.n, x.shape[1],
                   torch.get_num_threads())
-        gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
-                "int4": self._lib.treespec_gemm_int4}[packed.kind]
         scales = () if packed.scales is None else (packed.scales.data_ptr(),)
-        gemm(x.data_ptr(), packed.data.data_ptr(), *scales, *common)
+        self._gemm[packed.kind](x.data_ptr(), packed.data.data_ptr(), *scales, *common)
 
 
 def _check(weight: torch.Tensor, dtype: torch.dtype) -> None:

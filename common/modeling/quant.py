@@ -41,8 +41,12 @@ def quantize_int4(weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> 
     """Quantize ``weight`` ``[N, K]`` -> (packed weight, scales_and_zeros ``[K/GROUP, N, 2]``
     in ``dtype``, which must be the activations' dtype: the kernel takes bf16, fp16 or fp32)."""
     q, sz = int4_codes(weight, dtype)
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), INNER_K_TILES)
-    return packed, sz
+    return _torch_int4_pack(q), sz
+
+
+def _torch_int4_pack(q: torch.Tensor) -> torch.Tensor:
+    """Codes ``[N, K]`` (0..15) in the layout of torch's CPU int4 kernel."""
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), INNER_K_TILES)
 
 
 def int4_codes(weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,8 +108,7 @@ class Int4Weight:
 def _int4_weight(weight: torch.Tensor, dtype: torch.dtype, dense: torch.Tensor | None = None) -> Int4Weight:
     """An Int4Weight of ``weight`` holding torch's packing and (CPU only) the codes for ours."""
     q, sz = int4_codes(weight, dtype)
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), INNER_K_TILES)
-    return Int4Weight(packed, sz, dense, q if weight.device.type == "cpu" else None)
+    return Int4Weight(_torch_int4_pack(q), sz, dense, q if weight.device.type == "cpu" else None)
 
 
 def quantize_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
