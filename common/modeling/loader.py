@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import asdict
@@ -106,6 +107,33 @@ def _save_converted(target: Path, spec: ModelSpec, weights: dict, tok, source_sh
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         os.replace(tmp, target)
+    prune_stale(target)
+
+
+def prune_stale(current: Path) -> list[Path]:
+    """Delete the converted caches of the same model file and dtype that ``current`` replaces.
+
+    Their names are ``<stem>-<size>-<key>-<dtype>`` like ``current``'s, with another size or
+    key (the file was replaced, or an older treespec keyed the cache by mtime). Each holds a
+    whole dense copy (GBs), so leaving them would fill the disk one upgrade at a time. A worker
+    still reading one keeps its open files (POSIX unlink). Returns the deleted directories.
+    """
+    stem, dtype = _cache_parts(current.name)
+    if stem is None:
+        return []
+    stale = [d for d in current.parent.iterdir()
+             if d != current and d.is_dir() and _cache_parts(d.name) == (stem, dtype)]
+    for d in stale:
+        log.info("removing stale converted cache %s (replaced by %s)", d, current.name)
+        shutil.rmtree(d, ignore_errors=True)
+    return stale
+
+
+def _cache_parts(name: str) -> tuple[str | None, str | None]:
+    """(stem, dtype) of a converted-cache directory name, or (None, None) for anything else
+    (stamps, temp dirs, tokenizer-only caches)."""
+    m = re.fullmatch(rf"(.+)-\d+-(?:sha[0-9a-f]{{32}}|\d+)-({'|'.join(DTYPES)})", name)
+    return (m.group(1), m.group(2)) if m else (None, None)
 
 
 def is_converted(path_or_name: str, dtype: str = "bfloat16", cache: str | None = None) -> bool:

@@ -95,3 +95,23 @@ class TestConvertedCache:
             assert spec.num_layers == 3 and "layers.2.qkv.weight" in weights
             assert "refusing converted cache" in caplog.text
             assert json.loads((conv / MANIFEST).read_text())["spec"]["num_layers"] == 3
+
+    def test_replaced_conversion_prunes_only_its_own_stale_caches(self, tmp_path):
+        """Converting a model deletes its own older caches (same stem and dtype, another key, e.g. the
+        mtime-keyed ones of an older treespec) and keeps other models', other dtypes' and tokenizer caches."""
+        from common.modeling.loader import load_weights
+        model = _tiny_hf_model(tmp_path / "model", layers=2)
+        load_weights(str(model), "float32")
+        root = tmp_path / ".converted"
+        (conv,) = [d for d in root.iterdir() if d.name != "stamps"]
+        stem, size = "model", conv.name.split("-")[1]
+        stale = [root / f"{stem}-{size}-1796080005-float32", root / f"{stem}-999-sha{'a' * 32}-float32"]
+        kept = [root / f"{stem}-{size}-sha{'b' * 32}-bfloat16", root / f"{stem}-2-{size}-sha{'c' * 32}-float32",
+                root / f"{stem}x-{size}-123-float32", root / f"{stem}-{size}-tokenizer"]
+        conv.rename(stale[0])
+        for d in stale[1:] + kept:
+            d.mkdir()
+        load_weights(str(model), "float32")  # converts again (its cache is gone) and prunes
+        left = {d.name for d in root.iterdir()}
+        assert conv.name in left and not any(d.name in left for d in stale)
+        assert all(d.name in left for d in kept)
