@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from common.modeling import fused_ops
 from common.modeling.attention import tree_attention
 from common.modeling.kv_cache import KVCache
 from common.modeling.quant import Int4Weight, Int8Weight
@@ -62,26 +63,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int4Weight | Int8Weight,
     return weight.linear(x, bias)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm computed in fp32 and cast back (as transformers does). x: ``[..., H]``."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
-
-
 def rope_tables(spec: ModelSpec, length: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin tables ``[length, head_dim]`` for rotate-half RoPE (RoFormer, §3.4)."""
     inv = 1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float32) / spec.head_dim))
     freqs = torch.outer(torch.arange(length, dtype=torch.float32), inv)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype).to(device), emb.sin().to(dtype).to(device)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: ``[B, T, heads, D]``; cos/sin: ``[B, T, D]`` gathered at the position ids."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos[:, :, None] + rotated * sin[:, :, None]
 
 
 class DecoderModel:
@@ -103,6 +90,7 @@ class DecoderModel:
         self.head_weight = head if head_ids is None else head[head_ids].contiguous()
         self._cos, self._sin = rope_tables(spec, spec.max_positions, dtype, device)
         self.kernel_plan = None  # kernel_probe.KernelPlan once kernel_probe.install ran
+        self.ops = fused_ops.for_model(dtype, device)  # element-wise ops: C++ for bf16 on CPU
 
     def _local_kv(self) -> int:
         tp = 1 if self.group is None else torch.distributed.get_world_size(self.group)
@@ -127,30 +115,29 @@ class DecoderModel:
         Returns:
             hidden states ``[B, T, hidden]`` after the final norm.
         """
-        B, T = tokens.shape
-        x = self.w["embed"][tokens]  # [B, T, H]
+        x = self.w["embed"][tokens]  # [B, T, H] (a copy: the layers add into it in place)
         cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D]
         starts = [cache.lengths[s] for s in slots]
+        delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):
-            x = self._block(layer, x, cos, sin, cache, slots, starts, mask)
-        return rms_norm(x, self.w["norm"], self.spec.rms_eps)
+            x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask)
+        return self.ops.add_rms_norm(x, delta, self.w["norm"], self.spec.rms_eps)[1]
 
-    def _block(self, i: int, x, cos, sin, cache: KVCache, slots, starts, mask) -> torch.Tensor:
-        """One pre-norm transformer block; x: ``[B, T, H]``."""
-        w, s = self.w, self.spec
+    def _block(self, i: int, x, delta, cos, sin, cache: KVCache, slots, starts, mask):
+        """One pre-norm transformer block on the residual stream ``x + delta`` (``[B, T, H]``);
+        returns (its input residual stream, its MLP output), whose sum is the block's output."""
+        w, s, ops = self.w, self.spec, self.ops
         B, T, _ = x.shape
-        kvh = self._local_kv()
-        h = rms_norm(x, w[f"layers.{i}.in_norm"], s.rms_eps)
+        x, h = ops.add_rms_norm(x, delta, w[f"layers.{i}.in_norm"], s.rms_eps)
         qkv = linear(h, w[f"layers.{i}.qkv.weight"], w.get(f"layers.{i}.qkv.bias"))
-        q, k, v = qkv.view(B, T, -1, s.head_dim).split([self.local_heads, kvh, kvh], dim=2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # [B, T, heads, D]
+        q, k, v = ops.rope_qkv(qkv.view(B, T, -1, s.head_dim), self.local_heads, self._local_kv(), cos, sin)
         for b, slot in enumerate(slots):
             cache.write(i, slot, starts[b], k[b], v[b])
         attn = tree_attention(q, cache, i, slots, mask)  # [B, T, heads * D]
-        x = x + self._reduce(linear(attn, w[f"layers.{i}.o.weight"]))
-        h = rms_norm(x, w[f"layers.{i}.post_norm"], s.rms_eps)
-        gate, up = linear(h, w[f"layers.{i}.gate_up.weight"]).chunk(2, dim=-1)
-        return x + self._reduce(linear(F.silu(gate) * up, w[f"layers.{i}.down.weight"]))
+        x, h = ops.add_rms_norm(x, self._reduce(linear(attn, w[f"layers.{i}.o.weight"])),
+                                w[f"layers.{i}.post_norm"], s.rms_eps)
+        return x, self._reduce(linear(ops.silu_mul(linear(h, w[f"layers.{i}.gate_up.weight"])),
+                                      w[f"layers.{i}.down.weight"]))
 
     def _reduce(self, y: torch.Tensor) -> torch.Tensor:
         """Sum row-parallel partial outputs across tensor-parallel ranks (no-op at TP=1)."""

@@ -40,7 +40,9 @@ import structlog
 import torch
 import torch.nn.functional as F
 
-SOURCE = Path(__file__).with_name("csrc") / "packed_gemm.cpp"
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = (CSRC / "packed_gemm.cpp", CSRC / "decoder_ops.cpp")  # one library; bf16.h is shared
+HEADERS = (CSRC / "bf16.h",)
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
 BUILD_TIMEOUT_S = 120
@@ -73,16 +75,20 @@ def _writable_dir(preferred: Path | None) -> Path:
 
 
 def build(out_dir: Path | None, march: str = "native") -> Path | None:
-    """Compile ``csrc/packed_gemm.cpp`` for ``-march=march`` into ``out_dir`` (kept across
-    starts: the file name hashes source, compiler, flags and CPU) and return the ``.so``
-    path; None when no compiler is found or the build fails (logged, never raised)."""
+    """Compile ``csrc/packed_gemm.cpp`` and ``csrc/decoder_ops.cpp`` for ``-march=march`` into
+    ``out_dir`` (kept across starts: the file name hashes sources, compiler, flags and CPU) and
+    return the ``.so`` path; None when no compiler is found or the build fails (logged, never raised)."""
     log = structlog.get_logger("kernels")
     version = _compiler_version()
     if version is None:
         log.warning("native kernel unavailable", reason=f"no C++ compiler ({COMPILER})")
         return None
-    flags = ["-O3", f"-march={march}", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), version, " ".join(flags), _cpu_flags()]).encode())
+    # no -ffast-math: results must not depend on the compiler's reassociation; these two flags only
+    # drop errno and FP-exception semantics, so that decoder_ops' exp and clamps vectorize
+    flags = ["-O3", f"-march={march}", "-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC",
+             "-std=c++17"]
+    text = [p.read_text() for p in SOURCES + HEADERS]
+    key = hashlib.sha256("\n".join([*text, version, " ".join(flags), _cpu_flags()]).encode())
     try:
         directory = _writable_dir(out_dir)
     except OSError as exc:
@@ -93,7 +99,7 @@ def build(out_dir: Path | None, march: str = "native") -> Path | None:
         return path
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
-        subprocess.run([COMPILER, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True,
+        subprocess.run([COMPILER, *flags, *map(str, SOURCES), "-o", str(tmp)], capture_output=True, text=True,
                        timeout=BUILD_TIMEOUT_S, check=True)
         os.replace(tmp, path)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -121,6 +127,13 @@ class PackedGemmLibrary:
         self._lib.treespec_gemm_int8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         self._lib.treespec_pack_int4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_int]
         self._lib.treespec_gemm_int4.argtypes = self._lib.treespec_gemm_int8.argtypes
+        self._lib.treespec_rms_norm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_float,
+                                                                                             ctypes.c_int]
+        self._lib.treespec_rope.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int]
+        self._lib.treespec_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_int]
+        self.rms_norm = self._lib.treespec_rms_norm  # decoder_ops.cpp; called by fused_ops.NativeOps
+        self.rope = self._lib.treespec_rope
+        self.silu_mul = self._lib.treespec_silu_mul
         self.variant = self._lib.treespec_variant().decode()
         self._gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
                       "int4": self._lib.treespec_gemm_int4}

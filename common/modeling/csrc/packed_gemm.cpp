@@ -30,21 +30,14 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#include "bf16.h"
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
-typedef uint16_t bf16;
 static const int64_t PANEL = 64;  // output channels per panel
 static const int64_t KC = 1024;   // k's per chunk: a panel's chunk (128 KiB) stays in L2 across row blocks
 
-static inline float bf2f(bf16 v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline bf16 f2bf(float f) {  // round to nearest even, NaN kept quiet
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (bf16)(u >> 16);
-}
 static inline int64_t kpad(int64_t K) { return (K + 1) & ~int64_t(1); }
 static inline int64_t npad(int64_t N) { return (N + PANEL - 1) / PANEL * PANEL; }
 
