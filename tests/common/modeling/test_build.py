@@ -92,3 +92,17 @@ class TestRealQuantizedMain:
         assert isinstance(main.w["layers.0.qkv.weight"], KINDS[scheme])
         draft, _ = load_model("qwen2.5-coder-0.5b", "float32")
         assert greedy_spec_equals_plain(main, draft, tok, 4, 4) > 1.5  # the draft does get accepted
+
+
+class TestDraftHead:
+    def test_quantized_bf16_draft_reads_an_int8_lm_head(self):
+        """A quantized bf16 draft's LM head is int8 (half the bytes per draft level) with logits close to the bf16
+        head's; draft_quantization none keeps the bf16 head."""
+        from common.modeling.build import draft_model
+        base = dict(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
+        quant, _ = draft_model(Config(**base, draft_quantization="int4"))
+        dense, _ = draft_model(Config(**base, draft_quantization="none"))
+        assert isinstance(quant.head_weight, Int8Weight) and isinstance(dense.head_weight, torch.Tensor)
+        h = torch.randn(5, quant.spec.hidden_size).bfloat16()
+        ref, got = dense.logits(h), quant.logits(h)
+        assert got.shape == ref.shape and float((got - ref).abs().max() / ref.abs().max()) < 0.03
