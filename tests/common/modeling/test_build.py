@@ -38,11 +38,11 @@ def quantized(request):
 
 class TestQuantizedMain:
     def test_projections_quantized(self, quantized):
-        """main_model() puts every layer projection in the chosen format; embeddings and LM head stay fp32."""
+        """main_model() puts every layer projection in the chosen format and reads an int8 LM head; embeddings stay fp32."""
         scheme, model = quantized
         names = [k for k in model.w if k.endswith(".weight")]
         assert names and all(isinstance(model.w[k], KINDS[scheme]) for k in names)
-        assert model.w["lm_head"].dtype == torch.float32
+        assert model.w["embed"].dtype == torch.float32 and isinstance(model.head_weight, Int8Weight)
 
     def test_served_model_differs_from_unquantized(self, quantized, tiny_main):
         """The quantized model's logits differ from the fp32 model's, within the scheme's error."""
