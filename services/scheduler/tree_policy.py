@@ -10,7 +10,8 @@ default) picks the shape that maximises expected committed tokens per second, fr
   score) at depth <= D, and the accepted path survives up to its first pruned node.
   For greedy decoding this counterfactual is exact, so one big tree measures every
   (n, D) at once. Every ``EXPLORE_EVERY``-th round (4x less often while plain decoding is
-  best) asks for a tree about twice the current best (size and depth), so the estimates can
+  best, backing off further while it stays best: ``TreePolicy.explore_every``) asks for a tree
+  about twice the current best (size and depth), so the estimates can
   grow toward bigger trees when they pay, while exploring stays cheap when the best is small
   (heavy load).
 
@@ -109,6 +110,7 @@ class AcceptanceTable:
 
 
 PLAIN_EXPLORE_FACTOR = 4  # while plain decoding is best, explore 4x less often (a tree over a big batch is costly)
+PLAIN_EXPLORE_BACKOFF = 5  # ... and twice as rarely again after each explore that left plain best, up to 2^5 x
 PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
 RATE_DECAY = 0.9  # weight of older rounds in a measured rate
 MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
@@ -208,6 +210,7 @@ class TreePolicy:
         self.lookup_rounds = 0
         self.calibration = Calibration()
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
+        self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
@@ -226,9 +229,9 @@ class TreePolicy:
         if self.verify is None or self.draft is None:
             self.last_reason = "default until measured"
             return AUTO_DEFAULT_SIZE, self.max_depth
-        explore_every = EXPLORE_EVERY * (PLAIN_EXPLORE_FACTOR if self.best == (0, 0) else 1)
-        if self.rounds % explore_every == 1:  # probe a tree about twice the current best
+        if self.rounds % self.explore_every() == 1:  # probe a tree about twice the current best
             self.last_reason = "explore"
+            self.plain_explores += self.best == (0, 0)
             return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
                     min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
@@ -241,7 +244,19 @@ class TreePolicy:
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
         self.best = best
+        self.plain_explores = 0 if best != (0, 0) else self.plain_explores
         return best
+
+    def explore_every(self) -> int:
+        """Rounds between explore rounds: ``EXPLORE_EVERY`` while a tree is best. While plain
+        decoding is best, ``PLAIN_EXPLORE_FACTOR`` times that, doubled after each explore that left
+        plain best (up to ``2 ** PLAIN_EXPLORE_BACKOFF``): an explore round makes the draft catch up
+        (prefill) every token its sequences committed since their last tree, for the whole batch,
+        so under a load where speculation loses, exploring rarely keeps the service at plain speed,
+        and most requests finish without ever paying that catch-up."""
+        if self.best != (0, 0):
+            return EXPLORE_EVERY
+        return EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR * 2 ** min(self.plain_explores, PLAIN_EXPLORE_BACKOFF)
 
     def observe_round(self, speculative: bool, tokens: int, ms: float) -> None:
         """A finished decode round (``tokens`` committed in ``ms`` of draft + verify work)

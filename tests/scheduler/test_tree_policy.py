@@ -8,8 +8,8 @@ import pytest
 from common.config import Config
 from common.tree import TokenTree
 from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
-                                           PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY, SIZES, AcceptanceTable,
-                                           Calibration, CostCurve, TreePolicy)
+                                           PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY, SIZES,
+                                           AcceptanceTable, Calibration, CostCurve, TreePolicy)
 
 
 def chain_tree(depth: int, siblings: int = 3) -> TokenTree:
@@ -178,6 +178,23 @@ class TestCalibration:
         p.best, p.rounds = (0, 0), EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR
         p.choose(1)
         assert p.last_reason == "explore"
+
+    def test_plain_best_backs_off_exploring_and_a_tree_win_resets_it(self):
+        """While plain stays best, explore rounds grow rarer (gaps double up to 2^PLAIN_EXPLORE_BACKOFF times
+        EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR rounds); once a tree is best again, exploring is back to EXPLORE_EVERY."""
+        p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))  # a draft level costs 10 plain steps
+        explores = []
+        for _ in range(20000):
+            p.choose(1)
+            explores += [p.rounds] if p.last_reason == "explore" else []
+        assert p.best == (0, 0)
+        gaps = np.diff(explores)
+        cap = EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR * 2 ** PLAIN_EXPLORE_BACKOFF
+        assert all(a <= b for a, b in zip(gaps, gaps[1:])) and gaps[0] <= 2 * EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR
+        assert gaps[-1] == cap and len(explores) < 20000 // cap + PLAIN_EXPLORE_BACKOFF + 2
+        p.set_costs(CostCurve(((1, 100.0), (256, 100.0))), CostCurve(((1, 0.1), (256, 0.1))))  # now trees pay
+        shapes = [p.choose(1) for _ in range(2 * PLAIN_PROBE_EVERY)]
+        assert any(shape != (0, 0) for shape in shapes) and p.plain_explores == 0 and p.explore_every() == EXPLORE_EVERY
 
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
