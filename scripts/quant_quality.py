@@ -1,13 +1,14 @@
 """Quality, memory and plain-decoding speed of a quantized main model (``main_quantization``
 int8 / int4) next to the bf16 model, measured side by side in one run.
 
-For each HumanEval prompt every model decodes greedily (plain, through the same in-process
+Each model is built as served (``build.main_model``: int8 LM head when quantized, kernels chosen
+at start). For each HumanEval prompt every model decodes greedily (plain, through the same in-process
 engine that serves) and the models take turns prompt by prompt, so a machine whose load
 changes affects all of them alike. Quality is stated two ways against bf16's output:
 free-running (position of the first token that differs; tokens equal up to there) and
 teacher-forced (the quantized model reads bf16's continuation and we count positions whose
 greedy token equals bf16's: agreement without the cascade after a first difference).
-Memory: bytes of the weights each model holds. Speed: decode tokens/s after the first
+Memory: bytes of the weights each model holds (layers in their format, the LM head). Speed: decode tokens/s after the first
 token and time to first token (prefill). Writes JSON (raw per-prompt records included).
 
 Usage: nice -n 19 .venv/bin/python scripts/quant_quality.py [--prompts 10] [--tokens 64]
@@ -23,6 +24,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -33,8 +35,9 @@ sys.path.insert(0, str(ROOT))
 from common import wire  # noqa: E402
 from common.config import Config  # noqa: E402
 from common.modeling.loader import load_weights  # noqa: E402
+from common.modeling.build import main_model  # noqa: E402
 from common.modeling.model import DecoderModel  # noqa: E402
-from common.modeling.quant import quantize_main_weights, weight_bytes  # noqa: E402
+from common.modeling.quant import Int4Weight, quantize_main_weights, weight_bytes  # noqa: E402
 from services.scheduler.core import SchedulerCore  # noqa: E402
 from services.scheduler.local import LocalEngine  # noqa: E402
 from services.verifier.runner import VerifierRunner  # noqa: E402
@@ -85,13 +88,26 @@ def compare(ref: list[int], out: list[int], forced: list[int]) -> dict:
     return {"first_divergence": first, "forced_agreement": sum(a == b for a, b in zip(ref, forced)) / len(ref)}
 
 
-def summary(records: list[dict], scheme: str, weights: dict) -> dict:
-    """Means over prompts for one scheme, and the bytes of its weights (all; layers only)."""
+def served_bytes(weights: dict, scheme: str) -> dict:
+    """Bytes of the served model's weights: all, the layers' projections, and the LM head (int8 with
+    bf16 row scales when quantized, else the bf16 matrix; a tied head is held besides the embedding)."""
+    q = {k: replace(v, codes=None) if isinstance(v, Int4Weight) else v  # codes live only until repacked
+         for k, v in quantize_main_weights(weights, scheme, torch.bfloat16).items()}
+    rows, cols = weights["lm_head"].shape
+    head = rows * cols * 2 if scheme == "none" else rows * cols + rows * 2
+    if scheme != "none":  # build._int8_head: the int8 head replaces the bf16 one (a tied one stays the embedding)
+        q.pop("lm_head")
+    layers = weight_bytes({k: v for k, v in q.items() if k.startswith("layers.")})
+    return {"weight_bytes": weight_bytes(q) + (head if scheme != "none" else 0),
+            "layer_weight_bytes": layers, "lm_head_bytes": head}
+
+
+def summary(records: list[dict], scheme: str, nbytes: dict) -> dict:
+    """Means over prompts for one scheme, and the bytes of its weights (``served_bytes``)."""
     rs = [r[scheme] for r in records]
     mean = lambda key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
-    layers = weight_bytes({k: v for k, v in weights.items() if k.startswith("layers.")})
     identical = sum(r["first_divergence"] == len(r["tokens"]) for r in rs)
-    return {"weight_bytes": weight_bytes(weights), "layer_weight_bytes": layers,
+    return {**nbytes,
             "decode_tok_s": mean("decode_tok_s"), "ttft_s": mean("ttft_s"),
             "first_divergence_mean": mean("first_divergence"), "identical_prompts": identical,
             "forced_agreement": mean("forced_agreement")}
@@ -107,9 +123,10 @@ def write_json(path: str, data: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    spec, weights, tok = load_weights(args.model, "bfloat16")
-    models = {s: DecoderModel(spec, quantize_main_weights(weights, s, torch.bfloat16), torch.bfloat16)
-              for s in SCHEMES}
+    _, weights, tok = load_weights(args.model, "bfloat16")
+    # the models as served: build.main_model (int8 LM head when quantized, kernels chosen at start)
+    models = {s: main_model(Config(main_model_path=args.model, main_quantization=s))[0] for s in SCHEMES}
+    models_bytes = {s: served_bytes(weights, s) for s in SCHEMES}
     prompts = load_prompts("humaneval", args.prompts)
     max_len = 1024
     engines = {s: plain_engine(m, max_len) for s, m in models.items()}
@@ -124,17 +141,17 @@ def run(args: argparse.Namespace) -> dict:
             rec[s].update(compare(ref, rec[s]["tokens"], teacher_forced(models[s], ids, ref)))
         records.append(rec)
         print(p.id, {s: (rec[s]["first_divergence"], round(rec[s]["decode_tok_s"], 2)) for s in SCHEMES}, flush=True)
-        write_json(args.json, result(args, models, records, load_before, complete=i == len(prompts) - 1))
-    return result(args, models, records, load_before, complete=True)
+        write_json(args.json, result(args, models_bytes, records, load_before, complete=i == len(prompts) - 1))
+    return result(args, models_bytes, records, load_before, complete=True)
 
 
-def result(args, models: dict, records: list[dict], load_before, complete: bool) -> dict:
+def result(args, models_bytes: dict, records: list[dict], load_before, complete: bool) -> dict:
     """The JSON document (``complete`` False while prompts remain: partial results are kept)."""
     return {"complete": complete, "command": "scripts/quant_quality.py " + " ".join(sys.argv[1:]), "model": args.model,
             "cpu_model": cpu_model(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "dtype": "bfloat16",
             "prompts": len(records), "tokens": args.tokens, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "summary": {s: summary(records, s, models[s].w) for s in SCHEMES}, "records": records}
+            "summary": {s: summary(records, s, models_bytes[s]) for s in SCHEMES}, "records": records}
 
 
 def main() -> int:

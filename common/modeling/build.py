@@ -44,6 +44,7 @@ def _int8_head(model: DecoderModel) -> None:
     half the bytes of a bf16 head, which a decode step reads whole (a Qwen2.5-1.5B head is 0.47 GB
     in bf16, more than half of the int4 layers' bytes). Each logit keeps about 0.4% relative error."""
     model.head_weight = Int8Weight(*quantize_int8(model.head_weight, model.dtype))
+    model.w.pop("lm_head", None)  # an untied bf16 head is not held twice (a tied one stays the embedding)
 
 
 def _special_ids(tok, vocab: int) -> list[int]:

@@ -104,6 +104,10 @@ class AcceptanceTable:
                 self.total[si, depth_cap] += kept
                 self.weight[si, depth_cap] += 1
 
+    def measured(self) -> bool:
+        """Whether any (size, depth) has an estimate (``MIN_WEIGHT`` decayed observations)."""
+        return bool((self.weight >= MIN_WEIGHT).any())
+
     def expected(self, size_index: int, depth: int) -> float | None:
         w = self.weight[size_index, depth]
         return float(self.total[size_index, depth] / w) if w >= MIN_WEIGHT else None
@@ -226,7 +230,9 @@ class TreePolicy:
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
-        if self.verify is None or self.draft is None:
+        if self.verify is None or self.draft is None or not self.table.measured():
+            # cold start: without acceptance data every tree's expected gain is unknown, and the
+            # model would decode plainly until the next explore round; speculate to measure it
             self.last_reason = "default until measured"
             return AUTO_DEFAULT_SIZE, self.max_depth
         if self.rounds % self.explore_every() == 1:  # probe a tree about twice the current best

@@ -7,6 +7,7 @@ import pytest
 
 from common.config import Config
 from common.tree import TokenTree
+from common.tree_budget import AUTO_DEFAULT_SIZE
 from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY, SIZES,
                                            AcceptanceTable, Calibration, CostCurve, TreePolicy)
@@ -240,3 +241,15 @@ class TestLookupNodes:
         assert p.lookup.accept_rate() == DEFAULT_LOOKUP_ACCEPT
         p.lookup.observe(proposed=4, accepted=1, added=4, gained=1)
         assert p.lookup.accept_rate() == pytest.approx(0.25)
+
+
+class TestColdStart:
+    def test_speculates_until_acceptance_is_measured(self):
+        """Before any tree was verified the policy asks for the default tree every round (no plain rounds,
+        whatever the cost curves say); once one tree is observed it chooses by the model."""
+        p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
+        p.set_costs(CostCurve(((1, 10.0), (256, 2560.0))), CostCurve(((1, 100.0), (256, 25600.0))))
+        assert {p.choose(1) for _ in range(40)} == {(AUTO_DEFAULT_SIZE, 12)}
+        p.observe(chain_tree(4), [0])
+        shapes = [p.choose(1) for _ in range(40)]
+        assert shapes.count((0, 0)) > 30  # a draft level costs 10 plain steps here: plain wins
