@@ -71,6 +71,41 @@ def rope_tables(spec: ModelSpec, length: int, dtype: torch.dtype, device) -> tup
     return emb.cos().to(dtype).to(device), emb.sin().to(dtype).to(device)
 
 
+@dataclass(frozen=True)
+class Ragged:
+    """Where the real rows of a right-padded ``[B, T]`` batch sit once packed into ``[1, N]``
+    (N = sum of lengths): the matmuls then skip the padding, and only attention, which is
+    per sequence, sees the padded layout. A batch of 8 one-token sequences where one carries
+    a 9-node tree is 17 rows instead of 80."""
+
+    B: int
+    T: int
+    lengths: tuple[int, ...]
+    rows: torch.Tensor  # [N] int64: flat indices b * T + t of the real rows
+
+    @classmethod
+    def of(cls, lengths: list[int] | None, B: int, T: int, device) -> "Ragged | None":
+        """None when there is nothing to skip (no lengths given, or every segment is T long)."""
+        if lengths is None or min(lengths) >= T:
+            return None
+        rows = torch.cat([torch.arange(b * T, b * T + n) for b, n in enumerate(lengths)]).to(device)
+        return cls(B, T, tuple(lengths), rows)
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        """``[B, T, ...]`` -> ``[1, N, ...]``."""
+        return t.reshape(self.B * self.T, *t.shape[2:])[self.rows].unsqueeze(0)
+
+    def unpack(self, t: torch.Tensor) -> torch.Tensor:
+        """``[1, N, ...]`` -> ``[B, T, ...]``, zeros in the padding."""
+        out = t.new_zeros((self.B * self.T, *t.shape[2:]))
+        out[self.rows] = t[0]
+        return out.view(self.B, self.T, *t.shape[2:])
+
+    def segments(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """``[1, N, ...]`` -> B tensors ``[len_b, ...]`` (views)."""
+        return list(torch.split(t[0], list(self.lengths)))
+
+
 class DecoderModel:
     """Qwen2/Llama decoder over a :class:`KVCache`.
 
@@ -103,7 +138,7 @@ class DecoderModel:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                slots: list[int], mask: torch.Tensor) -> torch.Tensor:
+                slots: list[int], mask: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
         """Run new tokens of B sequences through the decoder.
 
         Args:
@@ -112,28 +147,40 @@ class DecoderModel:
             cache: their K/V are written at rows ``lengths[slot] + t`` of each slot.
             slots: B slot ids.
             mask: ``[B, 1, T, S]`` bool, True = may attend; S = max(length + T).
+            lengths: B real segment lengths (<= T); given, the padding skips every matmul
+                (``Ragged``) and its output rows are zeros.
         Returns:
             hidden states ``[B, T, hidden]`` after the final norm.
         """
-        x = self.w["embed"][tokens]  # [B, T, H] (a copy: the layers add into it in place)
-        cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D]
+        B, T = tokens.shape
+        rag = Ragged.of(lengths, B, T, tokens.device)
+        if rag is not None:  # [1, N]: only real rows go through the projections
+            tokens, positions = rag.pack(tokens), rag.pack(positions)
+        x = self.w["embed"][tokens]  # [B, T, H] or [1, N, H] (a copy: the layers add into it in place)
+        cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D] or [1, N, D]
         starts = [cache.lengths[s] for s in slots]
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):
-            x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask)
-        return self.ops.add_rms_norm(x, delta, self.w["norm"], self.spec.rms_eps)[1]
+            x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask, rag)
+        out = self.ops.add_rms_norm(x, delta, self.w["norm"], self.spec.rms_eps)[1]
+        return out if rag is None else rag.unpack(out)
 
-    def _block(self, i: int, x, delta, cos, sin, cache: KVCache, slots, starts, mask):
-        """One pre-norm transformer block on the residual stream ``x + delta`` (``[B, T, H]``);
-        returns (its input residual stream, its MLP output), whose sum is the block's output."""
+    def _block(self, i: int, x, delta, cos, sin, cache: KVCache, slots, starts, mask, rag: Ragged | None):
+        """One pre-norm transformer block on the residual stream ``x + delta`` (``[B, T, H]``,
+        or ``[1, N, H]`` packed by ``rag``); returns (its input residual stream, its MLP output),
+        whose sum is the block's output."""
         w, s, ops = self.w, self.spec, self.ops
         B, T, _ = x.shape
         x, h = ops.add_rms_norm(x, delta, w[f"layers.{i}.in_norm"], s.rms_eps)
         qkv = linear(h, w[f"layers.{i}.qkv.weight"], w.get(f"layers.{i}.qkv.bias"))
         q, k, v = ops.rope_qkv(qkv.view(B, T, -1, s.head_dim), self.local_heads, self._local_kv(), cos, sin)
+        ks, vs = (rag.segments(k), rag.segments(v)) if rag is not None else (k, v)
         for b, slot in enumerate(slots):
-            cache.write(i, slot, starts[b], k[b], v[b])
-        attn = tree_attention(q, cache, i, slots, mask)  # [B, T, heads * D]
+            cache.write(i, slot, starts[b], ks[b], vs[b])
+        if rag is None:
+            attn = tree_attention(q, cache, i, slots, mask)  # [B, T, heads * D]
+        else:
+            attn = rag.pack(tree_attention(rag.unpack(q), cache, i, slots, mask))  # [1, N, heads * D]
         x, h = ops.add_rms_norm(x, self._reduce(linear(attn, w[f"layers.{i}.o.weight"])),
                                 w[f"layers.{i}.post_norm"], s.rms_eps)
         return x, self._reduce(linear(ops.silu_mul(linear(h, w[f"layers.{i}.gate_up.weight"])),

@@ -36,8 +36,8 @@ def forward_segments(model: DecoderModel, cache: KVCache, slots: list[int], pend
         prefix = [cache.lengths[slots[i]] for i in group]
         tok, pos, mask = build_batch(prefix, [pending[i] for i in group], [tokens[i] for i in group],
                                      [parents[i] for i in group])
-        hidden = model.forward(tok.to(model.device), pos.to(model.device), cache,
-                               [slots[i] for i in group], mask.to(model.device))  # [b, T, H]
+        hidden = model.forward(tok.to(model.device), pos.to(model.device), cache, [slots[i] for i in group],
+                               mask.to(model.device), [lengths[i] for i in group])  # [b, T, H]
         for row, i in enumerate(group):
             out[i] = hidden[row, :lengths[i]]
     return out  # type: ignore[return-value]
