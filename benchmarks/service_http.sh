@@ -4,7 +4,13 @@
 # waits for /health, runs `treespec bench --url` (8 HumanEval prompts, concurrency 1,2,4,8,
 # 128 tokens), saves /metrics, and stops it. About 6 minutes per run on 2 cores.
 #
-#   bash benchmarks/service_http.sh [RUN...]     RUN: plain spec overlap pinned-off pinned-on
+#   bash benchmarks/service_http.sh [RUN...]     RUN: ab plain spec overlap pinned-off pinned-on
+#
+# ab: ONE deployment (tree_size auto); at each concurrency level the bench sends the requests
+# once with "speculation": false (plain decoding) and once speculative, interleaved
+# (`treespec bench --url --baseline plain`). This is the fair comparison on a host whose speed
+# drifts: plain and spec deployments run one after the other (plain, spec) see different hosts.
+# The prefix cache is off in this run: with it, whichever mode goes first pays the prompts' prefill.
 #
 # Results: $OUT/<run>.json (+ <run>.metrics.txt), OUT default benchmarks/results/service. Needs port 8000 free.
 set -euo pipefail
@@ -12,23 +18,24 @@ cd "$(dirname "$0")/.."
 T=.venv/bin/treespec
 OUT=${OUT:-benchmarks/results/service}
 mkdir -p "$OUT"
-RUNS=${*:-plain spec overlap pinned-off pinned-on}
+RUNS=${*:-ab plain spec overlap pinned-off pinned-on}
 
 wait_ready() { for _ in $(seq 1 300); do curl -sf localhost:8000/health > /dev/null && return 0; sleep 2; done; return 1; }
 
-bench() {  # bench RUN
+bench() {  # bench RUN [BENCH FLAGS...]
+  local run=$1; shift
   $T bench --url http://localhost:8000 --concurrency 1,2,4,8 --dataset humaneval --limit 8 \
-    --max-new-tokens 128 --json "$OUT/$1.json"
+    --max-new-tokens 128 --json "$OUT/$run.json" "$@"
   curl -s localhost:8000/metrics | grep -v '^#' | grep -E 'overlap|mean_accepted|spec_decode_num_(drafts|accepted_tokens)_total ' \
-    > "$OUT/$1.metrics.txt"
+    > "$OUT/$run.metrics.txt"
 }
 
-up() {  # up RUN FLAGS...: treespec up (every process shares both cores)
-  local run=$1; shift
+up() {  # up RUN BENCH_FLAGS FLAGS...: treespec up (every process shares both cores)
+  local run=$1 bflags=$2; shift 2
   local logs; logs=$(mktemp -d)
   $T up --set log_dir="$logs" "$@" > "$logs/up.out" 2>&1 &
   local pid=$!
-  wait_ready && bench "$run"
+  wait_ready && bench "$run" $bflags
   kill -INT $pid; wait $pid || true
 }
 
@@ -48,9 +55,10 @@ pinned() {  # pinned RUN OVERLAP: verifier on core 0, draft on core 1, one threa
 for run in $RUNS; do
   echo "== $run"
   case $run in
-    plain) up plain --tree-size 0 ;;
-    spec) up spec --set overlap=off ;;
-    overlap) up overlap --set overlap=on ;;
+    ab) up ab "--baseline plain" --set overlap=off --set prefix_cache=false ;;
+    plain) up plain "" --tree-size 0 ;;
+    spec) up spec "" --set overlap=off ;;
+    overlap) up overlap "" --set overlap=on ;;
     pinned-off) pinned pinned-off off ;;
     pinned-on) pinned pinned-on on ;;
     *) echo "unknown run $run" >&2; exit 2 ;;

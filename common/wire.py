@@ -79,6 +79,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     grammar: str | None = None  # an llguidance grammar (JSON schema / Lark) the output must match
+    speculate: bool = True  # False: never draft for this request (one main-model token per step)
 
 
 class Tree(msgspec.Struct, frozen=True, kw_only=True):

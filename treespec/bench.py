@@ -30,7 +30,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--max-new-tokens", type=int, default=128)
     a("--json", required=True, help="output JSON path")
     a("--baseline", default="", help="comma list: hf-assisted, hf-plain, spec-no-lookup (speculation with "
-                                     "prompt lookup off, interleaved with the other runs)")
+                                     "prompt lookup off, interleaved with the other runs); with --url: plain "
+                                     "(the same deployment, requests with speculation off, interleaved)")
     a("--tree-size", default=None, help="tree nodes for the spec run (default: config, 'auto')")
     a("--tree-sizes", default="", help="also sweep these tree sizes, e.g. 1,4,8,16,32,64,128")
     a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8")
@@ -110,8 +111,9 @@ def run_http(args: argparse.Namespace) -> int:
         levels = _ints(args.concurrency) or [1]
         if args.max_new_tokens < 1 or min(levels) < 1:
             raise ConfigError("--max-new-tokens and every --concurrency level must be at least 1")
-        if args.tree_sizes or args.baseline:
-            raise ConfigError("--tree-sizes and --baseline need the in-process bench (drop --url)")
+        if args.tree_sizes or args.baseline not in ("", "plain"):
+            raise ConfigError("with --url only --baseline plain is measured (requests with speculation off, "
+                              "interleaved); --tree-sizes and the other baselines need the in-process bench")
         prompts = load_prompts(args.dataset, args.limit)
         if not prompts:
             raise ConfigError(f"dataset {args.dataset!r} has no prompts")
@@ -119,7 +121,7 @@ def run_http(args: argparse.Namespace) -> int:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     try:
-        rows = concurrency(args.url, prompts, args.max_new_tokens, levels)
+        rows = concurrency(args.url, prompts, args.max_new_tokens, levels, plain=args.baseline == "plain")
     except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1

@@ -6,6 +6,9 @@ At each concurrency level N, N streaming requests (greedy, ``max_tokens`` = the 
 (top 0) so that every streamed event says how many tokens it carries. Measured per level:
 aggregate tokens/s (all tokens / wall time of the level), time to first token, and the
 inter-token latency (gap between events / tokens in the event, one sample per token).
+With ``plain=True`` every level is run twice on the same deployment, once with
+``"speculation": false`` in each request (plain decoding) and once with speculation, the
+order alternating from level to level, so both see the same host at nearly the same time.
 Torch-free: no model is loaded here.
 """
 
@@ -21,6 +24,7 @@ import aiohttp
 from treespec.bench_data import Prompt
 
 MODE = "http"
+PLAIN_MODE = "http-plain"
 DATA_PREFIX = b"data: "
 DONE = b"[DONE]"
 REQUEST_TIMEOUT_S = 600.0
@@ -40,9 +44,11 @@ class Stream:
     itl: list[float] = field(default_factory=list)  # one entry per token after the first event
 
 
-def request_body(prompt: Prompt, max_new: int) -> tuple[str, dict]:
-    """(path, JSON body) of a greedy streaming request for ``prompt``."""
-    common = {"max_tokens": max_new, "temperature": 0.0, "ignore_eos": True, "stream": True}
+def request_body(prompt: Prompt, max_new: int, speculation: bool = True) -> tuple[str, dict]:
+    """(path, JSON body) of a greedy streaming request for ``prompt``; ``speculation=False``
+    asks the server to decode it without a token tree (treespec's request extension)."""
+    common = {"max_tokens": max_new, "temperature": 0.0, "ignore_eos": True, "stream": True,
+              **({} if speculation else {"speculation": False})}
     if prompt.chat:
         return "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt.text}],
                                         "logprobs": True, "top_logprobs": 0, **common}
@@ -58,9 +64,10 @@ def event_tokens(event: dict) -> int:
     return n
 
 
-async def stream_one(session: aiohttp.ClientSession, url: str, prompt: Prompt, max_new: int) -> Stream:
+async def stream_one(session: aiohttp.ClientSession, url: str, prompt: Prompt, max_new: int,
+                     speculation: bool = True) -> Stream:
     """Send one streaming request and time its events."""
-    path, body = request_body(prompt, max_new)
+    path, body = request_body(prompt, max_new, speculation)
     s = Stream(time.perf_counter())
     last = s.start
     async with session.post(url + path, json=body) as resp:
@@ -94,24 +101,34 @@ def percentile_ms(values: list[float], q: float) -> float:
     return 1e3 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_level(url: str, prompts: list[Prompt], max_new: int) -> dict:
-    """All ``prompts`` at once; one concurrency row."""
+async def run_level(url: str, prompts: list[Prompt], max_new: int, speculation: bool = True) -> dict:
+    """All ``prompts`` at once; one concurrency row (mode ``http``, or ``http-plain`` when
+    ``speculation`` is off)."""
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         t0 = time.perf_counter()
-        streams = await asyncio.gather(*(stream_one(session, url, p, max_new) for p in prompts))
+        streams = await asyncio.gather(*(stream_one(session, url, p, max_new, speculation) for p in prompts))
         secs = time.perf_counter() - t0
     total = sum(s.tokens for s in streams)
     itl = [x for s in streams for x in s.itl]
     ttft = [s.first - s.start for s in streams if s.first is not None]
-    return {"mode": MODE, "tree_size": None, "concurrency": len(prompts), "tokens": total,
+    return {"mode": MODE if speculation else PLAIN_MODE, "tree_size": None, "concurrency": len(prompts), "tokens": total,
             "seconds": secs, "tokens_per_s": total / secs if secs > 0 else 0.0,
             "itl_p50_ms": percentile_ms(itl, 0.5), "itl_p99_ms": percentile_ms(itl, 0.99),
             "ttft_p50_ms": percentile_ms(ttft, 0.5)}
 
 
-def concurrency(url: str, prompts: list[Prompt], max_new: int, levels: list[int]) -> list[dict]:
-    """One row per level; the level's requests cycle through ``prompts``."""
+def concurrency(url: str, prompts: list[Prompt], max_new: int, levels: list[int],
+                plain: bool = False) -> list[dict]:
+    """One row per level (two with ``plain``: plain and speculative, interleaved, the
+    speculative row carrying ``speedup_vs_plain``); the level's requests cycle through ``prompts``."""
     url = url.rstrip("/")
-    return [asyncio.run(run_level(url, [prompts[i % len(prompts)] for i in range(c)], max_new))
-            for c in levels]
+    rows: list[dict] = []
+    for k, c in enumerate(levels):
+        batch = [prompts[i % len(prompts)] for i in range(c)]
+        modes = ([False, True] if k % 2 == 0 else [True, False]) if plain else [True]
+        got = {spec: asyncio.run(run_level(url, batch, max_new, spec)) for spec in modes}
+        if plain and got[False]["tokens_per_s"] > 0:
+            got[True]["speedup_vs_plain"] = got[True]["tokens_per_s"] / got[False]["tokens_per_s"]
+        rows += [got[spec] for spec in (False, True) if spec in got]
+    return rows

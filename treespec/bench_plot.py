@@ -59,7 +59,7 @@ def _tree_sweep(rows: list[dict], path: Path) -> Path:
 def _concurrency(rows: list[dict], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     fig2, ax2 = plt.subplots(figsize=(6, 4))
-    for mode, style in (("plain", "o-"), ("spec", "s-"), ("http", "^-")):
+    for mode, style in (("plain", "o-"), ("spec", "s-"), ("http-plain", "v-"), ("http", "^-")):
         rs = [r for r in rows if r["mode"] == mode]
         if not rs:
             continue

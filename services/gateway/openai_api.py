@@ -59,6 +59,7 @@ class _Common(Strict):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
+    speculation: bool = True  # treespec's extension: false decodes this request without a token tree
     n: int = Field(1, ge=1, le=INT32_MAX)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -189,7 +190,8 @@ def sampling_params(req: CompletionRequest | ChatRequest, prompt_len: int, max_m
         max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=max(req.top_k, 0),
         seed=req.seed, stop_token_ids=sorted(set(stop_ids)), ignore_eos=req.ignore_eos,
         min_tokens=req.min_tokens, logprobs=_logprobs(req), presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty)
+        frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+        speculate=req.speculation)
 
 
 def _max_tokens(req: CompletionRequest | ChatRequest, room: int) -> int:

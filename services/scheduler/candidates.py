@@ -67,13 +67,16 @@ def graft_lookup(tokens: list[int], draft: wire.Tree | None, cfg: Config, nodes:
     return wire.tree_to_wire(merged), info
 
 
-def observe(policy: TreePolicy, tree: TokenTree, accepted: list[int], info: Grafted | None) -> None:
+def observe(policy: TreePolicy, tree: TokenTree, accepted: list[int], info: Grafted | None,
+            offered: bool = False) -> None:
     """Record one verified tree per source: the draft model's part (nodes below
     ``draft_nodes``, with the accepted path cut at the first lookup node: what the draft
     tree alone would have accepted) in the acceptance table, the lookup part in
-    ``policy.lookup``."""
+    ``policy.lookup`` (``offered``: lookup could graft this round; finding nothing counts as 0 added)."""
     if info is None:
         policy.observe(tree, accepted)
+        if offered:
+            policy.lookup.observe(proposed=0, accepted=0, added=0, gained=0)
         return
     n = info.draft_nodes
     by_draft = list(takewhile(lambda a: a < n, accepted))

@@ -51,6 +51,7 @@ class Round:
     prefill: set[str] = field(default_factory=set)
     drafted: set[str] = field(default_factory=set)  # sequences with a draft-model tree (fresh or guessed)
     grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
+    lookup_offered: bool = False  # prompt lookup could graft nodes this round
 
 
 class RoundDriver:
@@ -174,10 +175,10 @@ class RoundDriver:
         seqs = [s for s in self.core.running.values() if self._place(s, wire.Role.VERIFIER)]
         if not seqs:
             return []
-        size, depth = self.policy.choose(len(seqs))
-        if (size, depth) != self.shape:
+        size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs))
+        if (size, depth) != self.shape or self.policy.explore_shape is not None:
             self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
-                          reason=self.policy.last_reason)
+                          reason=self.policy.last_reason, explore=self.policy.explore_shape)
             self.shape = (size, depth)
         guessed = {s.request_id: t for s in seqs if (t := self.ahead.take(s, size)) is not None}
         self.round_no += 1
@@ -187,17 +188,40 @@ class RoundDriver:
         self.current = rnd
         if not self.cfg.speculate_first_token:
             rnd.prefill = {s.request_id for s in seqs if s.verifier.held == 0}
+        shapes = self._draft_shapes(seqs, rnd, (size, depth))
         groups: dict[str, list[wire.DraftSeq]] = {}
         for s in seqs:
-            drafted = size > 0 and s.request_id not in guessed and s.request_id not in rnd.prefill
-            w = self._place(s, wire.Role.DRAFT) if drafted else None
+            shape = shapes.get(s.request_id, (0, 0))
+            w = self._place(s, wire.Role.DRAFT) if shape[0] > 0 else None
             if w is not None:
-                groups.setdefault(w.key, []).append(self.core.draft_seq(s, size, depth))
+                groups.setdefault(w.key, []).append(self.core.draft_seq(s, *shape))
         out = []
         for key, entries in groups.items():
             rnd.pending[key] = {e.seq_id for e in entries}
             out.append((self.workers.get(key).identity, wire.DraftStep(round=rnd.number, seqs=entries)))
         return out if out else self._start_verify(now)
+
+    def _draft_shapes(self, seqs: list[Sequence], rnd: Round, shape: tuple[int, int]) -> dict[str, tuple[int, int]]:
+        """(size, depth) per sequence that drafts this round: ``shape`` for every speculating one
+        (not guessed, past its prefill); on an explore round the sequence whose draft is least
+        behind drafts the policy's ``explore_shape`` instead (cheapest catch-up)."""
+        wanted = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
+                  and s.request_id not in rnd.prefill]
+        shapes = {s.request_id: shape for s in wanted}
+        explore = self.policy.explore_shape
+        if explore is not None and wanted:
+            shapes[min(wanted, key=lambda s: len(s.tokens) - s.draft.held).request_id] = explore
+        return shapes
+
+    def _catch_up(self, seqs: list[Sequence]) -> tuple[int, float]:
+        """(tokens the drafts lag beyond one round's worth, mean tokens left per sequence) of the
+        speculating sequences past their first token: what a tree round now must prefill first."""
+        spec = [s for s in seqs if s.params.speculate and s.verifier.held > 0]
+        if not spec:
+            return 0, float("inf")
+        per_round = self.policy.max_depth + 1
+        backlog = sum(max(0, len(s.tokens) - s.draft.held - per_round) for s in spec)
+        return backlog, sum(max(0, s.params.max_tokens - len(s.output)) for s in spec) / len(spec)
 
     def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
         """Collect one draft worker's trees; lost sequences are re-placed (plain step now)."""
@@ -251,10 +275,11 @@ class RoundDriver:
         nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape)
         if nodes == 0:
             return
+        rnd.lookup_offered = True
         step = candidates.step_logprob(self.policy)
         for sid in rnd.seq_ids:
             seq = self.core.running.get(sid)
-            got = None if seq is None else candidates.graft_lookup(
+            got = None if seq is None or not seq.params.speculate else candidates.graft_lookup(
                 seq.tokens, rnd.trees.get(sid), self.cfg, nodes, self.policy.budget.max_depth, step)
             if got is not None:
                 rnd.trees[sid], rnd.grafts[sid] = got
@@ -319,9 +344,11 @@ class RoundDriver:
                 seq.draft.rolled_back(rnd.draft_held[sid])
                 continue
             tree = rnd.trees.get(sid, EMPTY_TREE)
-            degraded = self.speculative and self.shape[0] > 0 and sid not in rnd.drafted and sid not in rnd.prefill
+            degraded = (self.speculative and self.shape[0] > 0 and seq.params.speculate and sid not in rnd.drafted
+                        and sid not in rnd.prefill)
             self.plain_steps += int(degraded)
-            candidates.observe(self.policy, wire.tree_from_wire(tree), rnd.outs[sid].accepted, rnd.grafts.get(sid))
+            candidates.observe(self.policy, wire.tree_from_wire(tree), rnd.outs[sid].accepted, rnd.grafts.get(sid),
+                               rnd.lookup_offered and seq.params.speculate)
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)
             accepted.append(len(delta.tokens))
@@ -334,7 +361,10 @@ class RoundDriver:
                 self.owners.pop(sid, None)
                 out += self._release(seq)
         if not rnd.prefill and accepted:  # a prefill round's cost is the prompt's, not decoding's
-            speculative = any(t.tokens.shape and t.tokens.shape[0] > 0 for t in rnd.trees.values())
+            nodes = sum(t.tokens.shape[0] for t in rnd.trees.values() if t.tokens.shape)
+            speculative = nodes > 0
+            self.policy.observe_verify(len(accepted), len(accepted) + nodes, rnd.verify_ms, bool(rnd.grafts),
+                                       sum(accepted), rnd.draft_ms + rnd.verify_ms)
             self.policy.observe_round(speculative, sum(accepted), rnd.draft_ms + rnd.verify_ms)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted, from_guess=rnd.guessed)
         return out

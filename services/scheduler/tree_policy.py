@@ -20,20 +20,19 @@ Expected throughput for a round of B sequences (Sequoia, arXiv 2402.12374 §3.3)
 with draft_ms = one forward over the newly committed tokens plus (D - 1) level passes
 over ``width`` frontier nodes each; plain decoding is (n, D) = (0, 0) with rate
 B / verify_ms(B). Larger batches make verification steeper, so the chosen tree shrinks
-(down to plain decoding) as load grows.
+(down to plain decoding) as load grows. A tree is chosen only when it beats plain by
+``SPEC_MARGIN`` (its explore rounds and draft catch-ups are not in the formula); a draft that
+must first catch up on a backlog (new prompts, plain rounds) adds that prefill spread over
+the tokens the batch may still generate.
 
 The model can be wrong (per-level overheads, lookup rows, load, a drifting host), so
 ``Calibration`` checks it: measured over modelled tokens per ms, for speculative and for plain
 rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
 
-Prompt-lookup candidates (``common/lookup.py``) are a second source of tree nodes that
-costs no draft compute, only verify rows. ``LookupStats`` records, per sequence-round
-where lookup added nodes, how many it added (a) and how many of those the main model
-accepted beyond the draft tree (g); ``TreePolicy.lookup_nodes`` grafts them only while
-    (E + 1 + g) / verify_ms(B * (n + 1 + a)) > (E + 1) / verify_ms(B * (n + 1))
-(E: expected accepted draft tokens of the round's draft tree of n nodes), i.e. while the
-extra accepted tokens pay for the extra verified rows; every ``EXPLORE_EVERY``-th round
-grafts them anyway so the estimate follows the text. Torch-free.
+Prompt-lookup candidates are a second source of tree nodes that cost no draft compute,
+only verify rows; ``lookup_policy.py`` decides whether they pay this round, and while they
+do not, the rounds that graft them anyway (to follow the text) back off like tree explores.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ import numpy as np
 from common.config import Config
 from common.tree import TokenTree, depths
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
+from services.scheduler.lookup_policy import LookupStats, RoundRates, VerifyCost
 
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 EXPLORE_EVERY = 8  # rounds
@@ -117,6 +117,10 @@ PLAIN_EXPLORE_FACTOR = 4  # while plain decoding is best, explore 4x less often 
 PLAIN_EXPLORE_BACKOFF = 5  # ... and twice as rarely again after each explore that left plain best, up to 2^5 x
 PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
 RATE_DECAY = 0.9  # weight of older rounds in a measured rate
+# A tree must beat plain decoding's rate by this fraction: its explore rounds and its draft's
+# catch-ups are outside the model, and near break-even (a batch of 4-8 on 2 cores, where every
+# verified row costs nearly a plain row) they made speculation 10-30% slower than plain (HTTP runs).
+SPEC_MARGIN = 0.1
 MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
 
 
@@ -158,46 +162,6 @@ class Calibration:
         return (t / m) / (mt / mm) if self.measured(batch, speculative) and t > 0 and m > 0 and mt > 0 else 1.0
 
 
-DEFAULT_LOOKUP_ACCEPT = 0.5  # per-node acceptance assumed for lookup nodes before any is measured
-MIN_LOOKUP_ACCEPT = 0.02  # floor of the per-node estimate (keeps log-scores finite)
-
-
-class LookupStats:
-    """Decayed per-sequence-round means of lookup nodes added (beyond the draft tree) and
-    of those accepted; plus lifetime counters of lookup tokens proposed and accepted."""
-
-    def __init__(self) -> None:
-        self.added = self.gained = self.weight = 0.0
-        self.proposed = self.accepted = 0  # tokens on lookup chains / accepted ones (metrics)
-
-    def observe(self, proposed: int, accepted: int, added: int, gained: int) -> None:
-        """One sequence-round: ``proposed`` lookup-chain tokens (``accepted`` of them
-        accepted), ``added`` nodes new to the tree (``gained`` of them accepted)."""
-        self.proposed += proposed
-        self.accepted += accepted
-        if added == 0:
-            return
-        self.added = self.added * DECAY + added
-        self.gained = self.gained * DECAY + gained
-        self.weight = self.weight * DECAY + 1
-
-    @property
-    def measured(self) -> bool:
-        return self.weight >= MIN_WEIGHT
-
-    def accept_rate(self) -> float:
-        """Accepted / added lookup nodes (DEFAULT_LOOKUP_ACCEPT until measured)."""
-        if not self.measured or self.added <= 0:
-            return DEFAULT_LOOKUP_ACCEPT
-        return max(MIN_LOOKUP_ACCEPT, self.gained / self.added)
-
-    def pays(self, verify: CostCurve, batch: int, size: int, expected: float) -> bool:
-        """Whether grafting lookup nodes raises expected tokens/ms (module docstring)."""
-        added, gained = self.added / self.weight, self.gained / self.weight
-        without = (expected + 1) / verify.ms(batch * (size + 1))
-        return (expected + 1 + gained) / verify.ms(round(batch * (size + 1 + added))) > without
-
-
 class TreePolicy:
     """Chooses (size, depth) per round from cost curves and the acceptance table."""
 
@@ -212,6 +176,11 @@ class TreePolicy:
         self.last_reason = "default until measured"
         self.lookup = LookupStats()
         self.lookup_rounds = 0
+        self.lookup_next_explore = EXPLORE_EVERY  # lookup round of the next graft made whatever it pays
+        self.lookup_misses = 0  # lookup explores since it last paid (each doubles the gap to the next)
+        self.verify_cost = VerifyCost()
+        self.lookup_rates = RoundRates()
+        self.explore_shape: tuple[int, int] | None = None  # this round's explore tree, for one sequence
         self.calibration = Calibration()
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
         self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
@@ -224,9 +193,18 @@ class TreePolicy:
     def observe(self, tree: TokenTree, accepted: list[int]) -> None:
         self.table.observe(tree, accepted)
 
-    def choose(self, batch: int) -> tuple[int, int]:
-        """(tree nodes, max depth) for a round of ``batch`` sequences; (0, 0) = plain."""
+    def choose(self, batch: int, backlog: int = 0, remaining: float = float("inf")) -> tuple[int, int]:
+        """(tree nodes, max depth) for a round of ``batch`` sequences; (0, 0) = plain. On an
+        explore round it is the current best, and ``explore_shape`` is the probe tree that one
+        sequence of the batch drafts (exploring the whole batch cost up to 3 rounds' time at a
+        batch of 8: every draft catches up and every sequence verifies the bigger tree).
+
+        ``backlog``: tokens the drafts must catch up on (prefill) before this round's trees,
+        beyond what a round normally appends (after plain rounds, or for new prompts);
+        ``remaining``: mean tokens each sequence may still generate. Speculating now pays the
+        catch-up once, so the model spreads it over the rounds left (``_modelled_best``)."""
         self.modelled = None  # only a modelled choice is calibrated
+        self.explore_shape = None
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
@@ -236,16 +214,17 @@ class TreePolicy:
             self.last_reason = "default until measured"
             return AUTO_DEFAULT_SIZE, self.max_depth
         if self.rounds % self.explore_every() == 1:  # probe a tree about twice the current best
-            self.last_reason = "explore"
             self.plain_explores += self.best == (0, 0)
-            return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
-                    min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
+            self.explore_shape = (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
+                                  min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
+            self.last_reason = "explore"
+            return self.best
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
         if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
             self.last_reason = "measure plain"
-            self.modelled = (batch, False, batch, self.verify.ms(batch))
+            self.modelled = (batch, False, batch, self.verify_ms(batch, batch))
             return 0, 0
-        best, rate, model = self._modelled_best(batch)
+        best, rate, model = self._modelled_best(batch, backlog, remaining)
         self.modelled = model
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
@@ -271,37 +250,66 @@ class TreePolicy:
             batch, _, model_tokens, model_ms = self.modelled
             self.calibration.observe(batch, speculative, tokens, ms, model_tokens, model_ms)
 
-    def _modelled_best(self, batch: int) -> tuple[tuple[int, int], float, tuple[int, bool, float, float]]:
+    def _modelled_best(self, batch: int, backlog: int = 0, remaining: float = float("inf"),
+                       ) -> tuple[tuple[int, int], float, tuple[int, bool, float, float]]:
         """The (size, depth) of most expected tokens/ms (model rates times their calibration
-        factors), that rate, and the uncalibrated (batch, speculative, tokens, ms) it predicts."""
-        plain_ms = self.verify.ms(batch)
+        factors), that rate, and the uncalibrated (batch, speculative, tokens, ms) it predicts.
+        A tree's rate carries the draft's catch-up of ``backlog`` tokens spread over the rounds
+        left (``remaining`` / expected tokens per round); the prediction calibrated against the
+        round carries all of it (that round pays it)."""
+        catch_up = self.draft.ms(backlog) if backlog > 0 else 0.0
+        plain_ms = self.verify_ms(batch, batch)
         best, model = (0, 0), (batch, False, float(batch), plain_ms)
-        best_rate = batch / plain_ms * self.calibration.factor(batch, False)
+        plain_rate = batch / plain_ms * self.calibration.factor(batch, False)
+        best_rate = plain_rate * (1 + SPEC_MARGIN)  # what a tree must beat
         spec_factor = self.calibration.factor(batch, True)
         for si, size in enumerate(SIZES):
             for depth in range(1, min(size, self.max_depth) + 1):
                 exp = self.table.expected(si, depth)
                 if exp is None:
                     continue
-                ms = self.verify.ms(batch * (size + 1)) + self._draft_ms(batch, depth, exp)
-                rate = batch * (exp + 1) / ms * spec_factor
+                ms = self.verify_ms(batch, batch * (size + 1)) + self._draft_ms(batch, depth, exp)
+                rate = batch * (exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
                 if rate > best_rate:
-                    best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms)
-        return best, best_rate, model
+                    best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
+        return best, (best_rate if best != (0, 0) else plain_rate), model
 
     def lookup_nodes(self, batch: int, size: int, depth: int) -> int:
         """Lookup nodes each sequence of this round may graft onto its draft tree of
         (``size``, ``depth``) (0 = none): the budget's ``lookup_nodes`` while they pay
-        (``LookupStats.pays``), unmeasured, or on an explore round."""
+        (``LookupStats.pays`` on the corrected verify cost), unmeasured, or on a lookup explore
+        round: every ``EXPLORE_EVERY``-th, the gap doubling after each explore made while they
+        do not pay (up to ``2 ** PLAIN_EXPLORE_BACKOFF``), since a graft over a big batch can
+        cost several plain rounds."""
         cap = self.budget.lookup_nodes
         if cap == 0 or self.verify is None or not self.lookup.measured:
             return cap
         self.lookup_rounds += 1
-        if self.lookup_rounds % EXPLORE_EVERY == 0:
+        if self.lookup_rounds >= self.lookup_next_explore:
+            gap = EXPLORE_EVERY * 2 ** min(self.lookup_misses, PLAIN_EXPLORE_BACKOFF)
+            self.lookup_next_explore, self.lookup_misses = self.lookup_rounds + gap, self.lookup_misses + 1
             return cap
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
-        return cap if self.lookup.pays(self.verify, batch, size, expected) else 0
+        if self.lookup_rates.loses(batch) or not self.lookup.pays(lambda rows: self.verify_ms(batch, rows),
+                                                                  batch, size, expected):
+            return 0
+        self.lookup_misses = 0
+        return cap
+
+    def verify_ms(self, batch: int, rows: int) -> float:
+        """Predicted ms of one verify pass over ``rows`` tokens of ``batch`` sequences: the
+        start-up curve times the measured correction (``VerifyCost``)."""
+        return self.verify.ms(rows) * self.verify_cost.factor(batch, rows)
+
+    def observe_verify(self, batch: int, rows: int, ms: float, grafted: bool = False, tokens: int = 0,
+                       round_ms: float = 0.0) -> None:
+        """A decode round's verify pass (``rows`` tokens, ``batch`` sequences, ``ms``) corrects the
+        curve; the round's ``tokens`` in ``round_ms`` (draft + verify) feed the lookup rates
+        (``grafted``: lookup nodes were in its trees)."""
+        if self.verify is not None:
+            self.verify_cost.observe(self.verify.ms(rows), batch, rows, ms)
+        self.lookup_rates.observe(batch, grafted, tokens, round_ms)
 
     def _draft_ms(self, batch: int, depth: int, expected: float) -> float:
         """Append the committed tokens, then one pass per further level."""

@@ -52,6 +52,7 @@ class TestHelpers:
         path, body = request_body(Prompt("0", "x", "hi", True), 5)
         assert path == "/v1/chat/completions" and body["logprobs"] is True
         assert body["temperature"] == 0.0 and body["stream"] and body["max_tokens"] == 5
+        assert "speculation" not in body and request_body(Prompt("0", "x", "hi", True), 5, False)[1]["speculation"] is False
 
 
 class TestBenchUrl:
@@ -70,6 +71,29 @@ class TestBenchUrl:
             assert r["mode"] == "http" and r["tokens"] == r["concurrency"] * MAX_NEW
             assert r["tokens_per_s"] > 0 and 0 < r["ttft_p50_ms"] and 0 < r["itl_p50_ms"] <= r["itl_p99_ms"]
         assert (tmp_path / "plots" / "throughput_vs_concurrency.png").exists()
+
+    def test_baseline_plain_interleaves_plain_and_speculative_rows(self, deployment, tmp_path):
+        """--baseline plain measures each level twice on one deployment, plain (requests with
+        speculation off) and speculative, and gives the speculative row its speedup over plain."""
+        prompts = tmp_path / "prompts.txt"
+        prompts.write_text("Say hello.\nCount to five.\n")
+        out = tmp_path / "ab.json"
+        done = bench(tmp_path, "--url", deployment.url, "--concurrency", "1,2", "--baseline", "plain",
+                     "--dataset", str(prompts), "--max-new-tokens", str(MAX_NEW), "--json", str(out))
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(out.read_text())["concurrency"]
+        assert [(r["mode"], r["concurrency"]) for r in rows] == [("http-plain", 1), ("http", 1), ("http-plain", 2), ("http", 2)]
+        assert all(r["tokens"] == r["concurrency"] * MAX_NEW for r in rows)
+        for plain, spec in (rows[0:2], rows[2:4]):
+            assert spec["speedup_vs_plain"] == pytest.approx(spec["tokens_per_s"] / plain["tokens_per_s"])
+
+    def test_other_baselines_are_refused_with_url(self, tmp_path):
+        """--url with an in-process baseline (hf-assisted) is a CLI error naming the option, exit 2."""
+        prompts = tmp_path / "p.txt"
+        prompts.write_text("hi\n")
+        done = bench(tmp_path, "--url", "http://127.0.0.1:1", "--baseline", "hf-assisted", "--dataset", str(prompts),
+                     "--json", str(tmp_path / "x.json"))
+        assert done.returncode == 2 and "--baseline plain" in done.stderr
 
     def test_unreachable_url_exits_1(self, tmp_path):
         """Nothing listening at --url: a one-line error and exit status 1."""

@@ -22,6 +22,7 @@ BAD = [
     ("/v1/completions", {**GOOD, "n": 2}, "n"),
     ("/v1/completions", {**GOOD, "echo": True}, "echo"),
     ("/v1/completions", {**GOOD, "frobnicate": 1}, "frobnicate"),
+    ("/v1/completions", {**GOOD, "speculation": "no"}, "speculation"),
     ("/v1/chat/completions", {**CHAT, "messages": []}, "messages"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "xml"}}, "response_format"),
     ("/v1/chat/completions", {**CHAT, "tools": [], "tool_choice": "required"}, "tool_choice"),
@@ -55,14 +56,14 @@ class TestValidation:
             r = await client.post("/v1/completions", json={
                 **GOOD, "temperature": 0.5, "top_p": 0.9, "top_k": 7, "seed": 3, "stop_token_ids": [5],
                 "min_tokens": 1, "presence_penalty": 0.1, "frequency_penalty": 0.2, "repetition_penalty": 1.1,
-                "logprobs": 2})
+                "logprobs": 2, "speculation": False})
             return r.status, await r.json()
         status, body = serve(make_test_app(backend), scenario)
         assert status == 200 and body["choices"][0]["text"] == "hello world"
         p = backend.submits[0].params
         assert (p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.logprobs) == (5, 0.5, 0.9, 7, 3, 2)
         assert p.stop_token_ids == [5, 256] and p.min_tokens == 1 and p.repetition_penalty == 1.1
-        assert backend.submits[0].prompt == list(b"hi")
+        assert backend.submits[0].prompt == list(b"hi") and p.speculate is False
 
     def test_chat_template_applied_once(self):
         """Chat prompts are the template's text tokenized without extra special tokens."""

@@ -121,6 +121,18 @@ class TestObserve:
         assert policy.lookup.accepted == 0 and policy.lookup.proposed == 8
         assert policy.lookup.accept_rate() < 0.1
 
+    def test_an_offered_round_without_a_match_counts_zero_added(self):
+        """A sequence-round where lookup could graft but found nothing counts as 0 nodes added, so
+        the mean added per sequence predicts a batch's extra verify rows; not offered, nothing counts."""
+        policy = TreePolicy(Config(tree_size=4, max_accept_length=4))
+        info = candidates.Grafted(draft_nodes=0, chain_nodes=frozenset({0, 1}))
+        candidates.observe(policy, TokenTree.build([7, 8], [ROOT, 0], [-0.5, -1.0]), [0], info)
+        candidates.observe(policy, TokenTree.empty(), [], None, offered=False)
+        assert policy.lookup.added / policy.lookup.weight == pytest.approx(2.0)
+        candidates.observe(policy, TokenTree.empty(), [], None, offered=True)
+        assert policy.lookup.added / policy.lookup.weight == pytest.approx(1.0, rel=0.02)
+        assert policy.lookup.accept_rate() == pytest.approx(0.5)
+
 
 @pytest.fixture
 def mixed_hits(monkeypatch) -> list[bool]:
@@ -128,10 +140,10 @@ def mixed_hits(monkeypatch) -> list[bool]:
     (beyond the draft tree) was accepted; filled as the engine runs."""
     hits, observe = [], candidates.observe
 
-    def spy(policy, tree, accepted, info):
+    def spy(policy, tree, accepted, info, offered=False):
         if info is not None and info.draft_nodes > 0:
             hits.append(any(a >= info.draft_nodes for a in accepted))
-        observe(policy, tree, accepted, info)
+        observe(policy, tree, accepted, info, offered)
 
     monkeypatch.setattr(candidates, "observe", spy)
     return hits

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
+import numpy as np
+
 from common import wire
 from common.config import Config
 from services.scheduler.core import SchedulerCore
@@ -92,6 +95,77 @@ class TestPrefillRound:
         drv = driver(draft=False)
         (_, rej), = drv.submit(GW, wire.Submit(request_id="r", prompt=[1], params=PARAMS))
         assert not drv.ready() and isinstance(rej, wire.Rejected) and rej.status == 503
+
+
+class TestSpeculationOff:
+    def test_a_request_with_speculation_off_gets_no_tree_while_its_neighbour_does(self):
+        """A request submitted with ``speculate=False`` is never sent to the draft and is verified
+        with an empty tree (no prompt-lookup graft either) in the same round where its batch
+        neighbour gets a drafted tree; its plain steps are not counted as degraded."""
+        drv = driver(draft=True)
+        plain = msgspec.structs.replace(PARAMS, speculate=False)
+        drv.submit(GW, wire.Submit(request_id="s", prompt=[1, 2, 3, 1, 2], params=PARAMS))
+        drv.submit(GW, wire.Submit(request_id="p", prompt=[1, 2, 3, 1, 2], params=plain))
+        (_, step), = drv.start(0.0)  # the prefill round: main model only
+        outs = {sid: wire.VerifyOut(accepted=[], bonus=3) for sid in ("s", "p")}
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs=outs), 0.0)
+        (ident, draft), = drv.start(0.0)
+        assert ident == DRAFT and [e.seq_id for e in draft.seqs] == ["s"]
+        (ident, verify), = drv.on_draft(DRAFT, wire.DraftResult(round=draft.round, trees={"s": one_node_tree()}), 0.0)
+        shapes = {e.seq_id: e.tree.tokens.shape for e in verify.seqs}
+        assert ident == VERIFIER and shapes["p"] == [0] and shapes["s"][0] >= 1
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs=outs), 0.0)
+        assert drv.plain_steps == 0
+
+
+    def test_an_explore_round_gives_the_probe_tree_to_the_sequence_least_behind(self):
+        """On an explore round the sequence whose draft is least behind drafts the probe tree and
+        the others the round's shape: plain (not drafted, not counted as degraded) when plain is best."""
+        drv = driver(draft=True)
+        for rid in ("a", "b"):
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=PARAMS))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            sid: wire.VerifyOut(accepted=[], bonus=3) for sid in ("a", "b")}), 0.0)
+        drv.core.running["a"].draft.sent(3)  # a's draft already holds its prompt: least behind
+
+        def explore(batch, backlog=0, remaining=0.0):
+            drv.policy.explore_shape = (4, 2)
+            return 0, 0
+        drv.policy.choose = explore
+        (ident, draft), = drv.start(0.0)
+        assert ident == DRAFT and [(e.seq_id, e.tree_size, e.max_depth) for e in draft.seqs] == [("a", 4, 2)]
+        (_, verify), = drv.on_draft(DRAFT, wire.DraftResult(round=draft.round, trees={"a": one_node_tree()}), 0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs={
+            sid: wire.VerifyOut(accepted=[], bonus=4) for sid in ("a", "b")}), 0.0)
+        assert drv.plain_steps == 0
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: (drv.policy.__setattr__("explore_shape", (8, 4))
+                                                                     or (2, 2))
+        (_, draft), = drv.start(0.0)
+        assert sorted((e.seq_id, e.tree_size) for e in draft.seqs) == [("a", 8), ("b", 2)]
+
+
+class TestCatchUp:
+    def test_backlog_counts_draft_lag_beyond_one_round_and_tokens_left(self):
+        """The policy is told how many tokens the drafts lag beyond one round's worth (speculating
+        sequences past their prefill only) and the mean tokens they may still generate."""
+        drv = driver(draft=True)
+        params = msgspec.structs.replace(PARAMS, max_tokens=100)
+        for rid, prompt in (("a", list(range(1, 31))), ("b", [1, 2, 3])):
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=prompt, params=params))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
+        seen = []
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: seen.append((batch, backlog, remaining)) or (0, 0)
+        drv.start(0.0)
+        per_round = drv.policy.max_depth + 1
+        assert seen == [(2, max(0, 31 - per_round) + max(0, 4 - per_round), 99.0)]
+
+
+def one_node_tree() -> wire.Tree:
+    return wire.Tree(tokens=wire.Array.of(np.array([1], np.int64)), parents=wire.Array.of(np.array([-1], np.int32)),
+                     scores=wire.Array.of(np.array([0.0], np.float32)))
 
 
 class TestNoVerifier:

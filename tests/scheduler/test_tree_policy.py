@@ -8,7 +8,8 @@ import pytest
 from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE
-from services.scheduler.tree_policy import (DEFAULT_LOOKUP_ACCEPT, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
+from services.scheduler.lookup_policy import DEFAULT_LOOKUP_ACCEPT
+from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY, SIZES,
                                            AcceptanceTable, Calibration, CostCurve, TreePolicy)
 
@@ -98,6 +99,38 @@ class TestTreePolicy:
         size, depth = p.choose(1)
         assert size >= 24 and depth >= 8
 
+    def test_a_tree_must_beat_plain_by_the_margin(self):
+        """A tree modelled 5% faster than plain decoding is not taken (SPEC_MARGIN is 10%); one
+        modelled 20% faster is, and the rate reported is the tree's."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.001), (256, 0.001)))
+        p.table.expected = lambda si, depth: 0.05
+        best, rate, _ = p._modelled_best(1)
+        assert best == (0, 0) and rate == pytest.approx(0.01)
+        p.table.expected = lambda si, depth: 0.2
+        best, rate, _ = p._modelled_best(1)
+        assert best != (0, 0) and rate == pytest.approx(0.012, rel=1e-3)
+
+    def test_measured_verify_cost_at_this_batch_steers_the_choice(self):
+        """A flat start-up curve makes a tree look free at a batch of 8; once rounds there measured
+        16+ rows at 3x the curve (8 rows as the curve says), the model decodes plainly."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.001), (256, 0.001)))
+        p.table.expected = lambda si, depth: 0.5
+        assert p._modelled_best(8)[0] != (0, 0)
+        p.observe_verify(8, 8, 100.0)
+        p.observe_verify(8, 16, 300.0)
+        assert p._modelled_best(8)[0] == (0, 0) and p._modelled_best(1)[0] != (0, 0)
+
+    def test_draft_catch_up_is_spread_over_the_tokens_left(self):
+        """A tree that pays per round is still chosen when the draft must first prefill a large
+        backlog and many tokens remain, but not when few remain (the catch-up cannot pay back)."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 5.0), (256, 200.0)))
+        assert p._modelled_best(1)[0] != (0, 0)
+        assert p._modelled_best(8, backlog=1200, remaining=2000)[0] != (0, 0)
+        best, _, model = p._modelled_best(8, backlog=1200, remaining=4)
+        assert best == (0, 0) and model[1] is False
+        _, _, model = p._modelled_best(8, backlog=1200, remaining=2000)
+        assert model[3] > p.draft.ms(1200)  # the round that pays the catch-up is predicted with all of it
+
     def test_steep_verification_cost_picks_a_small_tree(self):
         """When every verified token costs a full pass, only a short tree (or none) pays."""
         p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
@@ -123,7 +156,8 @@ class TestTreePolicy:
         p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
         best = p.choose(1)
         p.rounds = 0
-        size, depth = p.choose(1)
+        assert p.choose(1) == best  # the rest of the batch keeps the best shape
+        size, depth = p.explore_shape
         assert size == max(2 * best[0], SIZES[2])
         assert depth == min(12, 2 * best[1] + EXPLORE_EXTRA_DEPTH) < 12
 
@@ -197,6 +231,16 @@ class TestCalibration:
         shapes = [p.choose(1) for _ in range(2 * PLAIN_PROBE_EVERY)]
         assert any(shape != (0, 0) for shape in shapes) and p.plain_explores == 0 and p.explore_every() == EXPLORE_EVERY
 
+    def test_explore_shape_is_set_on_explore_rounds_only(self):
+        """Explore rounds return the current best shape (for the batch) and set ``explore_shape``
+        (for one sequence); every other round clears it."""
+        p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))
+        for _ in range(2000):
+            shape = p.choose(4)
+            explore = p.last_reason == "explore"
+            assert (p.explore_shape is not None) == explore
+            assert not explore or (shape == p.best and p.explore_shape[0] >= SIZES[2])
+
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
         c = Calibration()
@@ -234,6 +278,38 @@ class TestLookupNodes:
         p = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
         offered = [p.lookup_nodes(1, 8, 4) for _ in range(2 * EXPLORE_EVERY)]
         assert offered.count(0) == 2 * EXPLORE_EVERY - 2 and offered.count(8) == 2
+
+    def test_useless_lookup_explores_back_off(self):
+        """While lookup keeps not paying, the rounds that graft it anyway grow rarer (each gap
+        twice the one before, up to 2^PLAIN_EXPLORE_BACKOFF x EXPLORE_EVERY)."""
+        p = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
+        offered = [p.lookup_nodes(1, 8, 4) for _ in range(4000)]
+        gaps = np.diff([i for i, n in enumerate(offered) if n])
+        cap = EXPLORE_EVERY * 2 ** PLAIN_EXPLORE_BACKOFF
+        assert list(gaps[:3]) == [EXPLORE_EVERY, 2 * EXPLORE_EVERY, 4 * EXPLORE_EVERY] and gaps[-1] == cap
+
+    def test_measured_verify_cost_overrules_a_flat_curve(self):
+        """Lookup that pays on a flat start-up curve stops being grafted once rounds at this
+        batch measured the extra rows 4x dearer (VerifyCost), and pays again at batch 1 where
+        nothing was measured."""
+        p = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.25)
+        assert p.lookup_nodes(8, 0, 0) == 8
+        for _ in range(5):
+            p.observe_verify(8, 8, 130.0)
+            p.observe_verify(8, 72, 560.0)
+        assert p.verify_ms(8, 72) == pytest.approx(560.0) and p.verify_ms(8, 8) == pytest.approx(130.0)
+        assert [p.lookup_nodes(8, 0, 0) for _ in range(5)] == [0] * 5
+        assert p.lookup_nodes(1, 0, 0) == 8
+
+    def test_lookup_measured_slower_than_plain_rounds_is_dropped(self):
+        """Lookup the model says pays (flat curve) is not grafted at a batch where rounds with it
+        measured fewer tokens per ms than rounds without; at another batch it still is."""
+        p = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
+        for _ in range(3):
+            p.observe_verify(8, 8, 130.0, grafted=False, tokens=8, round_ms=130.0)
+            p.observe_verify(8, 40, 130.0, grafted=True, tokens=16, round_ms=420.0)
+        assert [p.lookup_nodes(8, 0, 0) for _ in range(5)] == [0] * 5
+        assert p.lookup_nodes(1, 0, 0) == 8
 
     def test_acceptance_estimate(self):
         """The per-node estimate is the default until measured, then gained / added."""

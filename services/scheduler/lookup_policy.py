@@ -1,0 +1,130 @@
+"""Whether prompt-lookup nodes pay for the verify rows they add (issue 15).
+
+Prompt-lookup candidates (``common/lookup.py``) cost no draft compute, only verify rows.
+``LookupStats`` records, per sequence-round where lookup was offered (found a match or not),
+how many nodes it added (a, often 0) and how many of those the main model accepted beyond
+the draft tree (g); the tree policy
+grafts them only while
+    (E + 1 + g) / verify_ms(B, B * (n + 1 + a)) > (E + 1) / verify_ms(B, B * (n + 1))
+(E: expected accepted draft tokens of the round's draft tree of n nodes, B sequences), i.e.
+while the extra accepted tokens pay for the extra verified rows.
+
+``verify_ms`` is the verifier's start-up cost curve (one sequence, T tokens) corrected by
+``VerifyCost``: measured over curve ms for rounds of about the same batch and rows (the tree
+policy's model uses the same corrected cost). The curve
+alone is far off for big batches: on the 2-core host a batch of 8 with ~35 rows (8 plain rows
+plus lookup chains) took 560 ms where 8 plain rows took 130 ms; the curve predicted about
+2x, so lookup was grafted at a loss (2026-12-01 HTTP run).
+
+The model can still be wrong (the acceptance it assumes drifts with the text, and at a batch
+of 8 on 2 cores every verified row already costs about 1/8 of a round), so ``RoundRates``
+checks it: committed tokens per ms of rounds that grafted lookup nodes against rounds that
+did not, per batch bucket; lookup that measured slower is not grafted (except on explore
+rounds). Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+DEFAULT_LOOKUP_ACCEPT = 0.5  # per-node acceptance assumed for lookup nodes before any is measured
+MIN_LOOKUP_ACCEPT = 0.02  # floor of the per-node estimate (keeps log-scores finite)
+DECAY = 0.98  # weight of older sequence-rounds in the acceptance means
+MIN_WEIGHT = 0.5  # decayed observations the acceptance means need before they are used
+COST_DECAY = 0.9  # weight of older rounds in a measured/curve ratio
+MIN_COST_WEIGHT = 1.0  # decayed rounds a ratio needs before it corrects the curve
+MIN_RATE_WEIGHT = 1.5  # decayed rounds of each kind (two) before measured rates overrule the model
+
+
+class LookupStats:
+    """Decayed per-sequence-round means (over rounds where lookup was offered, zeros included,
+    so that ``B * a`` predicts a round's extra rows) of lookup nodes added beyond the draft tree
+    and of those accepted; plus lifetime counters of lookup tokens proposed and accepted."""
+
+    def __init__(self) -> None:
+        self.added = self.gained = self.weight = 0.0
+        self.proposed = self.accepted = 0  # tokens on lookup chains / accepted ones (metrics)
+
+    def observe(self, proposed: int, accepted: int, added: int, gained: int) -> None:
+        """One sequence-round: ``proposed`` lookup-chain tokens (``accepted`` of them
+        accepted), ``added`` nodes new to the tree (``gained`` of them accepted)."""
+        self.proposed += proposed
+        self.accepted += accepted
+        self.added = self.added * DECAY + added
+        self.gained = self.gained * DECAY + gained
+        self.weight = self.weight * DECAY + 1
+
+    @property
+    def measured(self) -> bool:
+        return self.weight >= MIN_WEIGHT
+
+    def accept_rate(self) -> float:
+        """Accepted / added lookup nodes (DEFAULT_LOOKUP_ACCEPT until measured)."""
+        if not self.measured or self.added <= 0:
+            return DEFAULT_LOOKUP_ACCEPT
+        return max(MIN_LOOKUP_ACCEPT, self.gained / self.added)
+
+    def pays(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float) -> bool:
+        """Whether grafting lookup nodes raises expected tokens/ms (module docstring);
+        ``verify_ms(rows)``: ms of one verify pass of ``rows`` tokens at this batch."""
+        added, gained = self.added / self.weight, self.gained / self.weight
+        without = (expected + 1) / verify_ms(batch * (size + 1))
+        return (expected + 1 + gained) / verify_ms(round(batch * (size + 1 + added))) > without
+
+
+def _pow2(n: int) -> int:
+    """The power of two at or above ``n`` (>= 1): the bucket of a batch or a row count."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+class VerifyCost:
+    """Measured verify ms over the cost curve's ms, decayed, per (batch, rows) bucket (powers
+    of two): the correction ``ms`` applies to the curve. Rows = tokens verified in the round."""
+
+    def __init__(self) -> None:
+        self.ratios: dict[tuple[int, int], list[float]] = {}  # bucket -> [sum of ratios, weight]
+
+    def observe(self, curve_ms: float, batch: int, rows: int, ms: float) -> None:
+        """One verify pass: ``rows`` tokens of ``batch`` sequences took ``ms`` (curve: ``curve_ms``)."""
+        if curve_ms <= 0 or ms <= 0 or rows < 1:
+            return
+        key = (_pow2(batch), _pow2(rows))
+        s, w = self.ratios.get(key, (0.0, 0.0))
+        self.ratios[key] = [s * COST_DECAY + ms / curve_ms, w * COST_DECAY + 1]
+
+    def factor(self, batch: int, rows: int) -> float:
+        """Measured / curve ms in this bucket, else in the same batch bucket's largest measured
+        rows bucket below (the ratio grows with rows); 1.0 when none has ``MIN_COST_WEIGHT`` rounds."""
+        b, r = _pow2(batch), _pow2(rows)
+        while r >= 1:
+            s, w = self.ratios.get((b, r), (0.0, 0.0))
+            if w >= MIN_COST_WEIGHT:
+                return s / w
+            r //= 2
+        return 1.0
+
+
+class RoundRates:
+    """Decayed committed tokens and worker ms of rounds with and without grafted lookup nodes,
+    per batch bucket (powers of two)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[int, bool], list[float]] = {}  # (bucket, grafted) -> [tokens, ms, weight]
+
+    def observe(self, batch: int, grafted: bool, tokens: int, ms: float) -> None:
+        """One decode round of ``batch`` sequences: ``tokens`` committed in ``ms``."""
+        if ms <= 0:
+            return
+        key = (_pow2(batch), grafted)
+        t, m, w = self.sums.get(key, (0.0, 0.0, 0.0))
+        self.sums[key] = [t * COST_DECAY + tokens, m * COST_DECAY + ms, w * COST_DECAY + 1]
+
+    def rate(self, batch: int, grafted: bool) -> float | None:
+        """Tokens per ms in ``batch``'s bucket; None before ``MIN_RATE_WEIGHT`` rounds."""
+        t, m, w = self.sums.get((_pow2(batch), grafted), (0.0, 0.0, 0.0))
+        return t / m if w >= MIN_RATE_WEIGHT and m > 0 else None
+
+    def loses(self, batch: int) -> bool:
+        """Whether rounds with lookup nodes measured fewer tokens per ms than rounds without."""
+        with_, without = self.rate(batch, True), self.rate(batch, False)
+        return with_ is not None and without is not None and with_ < without

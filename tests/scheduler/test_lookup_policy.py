@@ -1,0 +1,44 @@
+"""Lookup pays-or-not arithmetic and the measured correction of the verify cost curve."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.scheduler.lookup_policy import LookupStats, RoundRates, VerifyCost
+
+
+class TestVerifyCost:
+    def test_factor_is_measured_over_curve_per_batch_and_rows_bucket(self):
+        """The correction is the decayed mean of measured/curve ms in the (batch, rows) power-of-two
+        bucket, or the same batch's nearest measured bucket below; 1.0 with none, and rounds without ms are ignored."""
+        c = VerifyCost()
+        c.observe(100.0, batch=8, rows=40, ms=400.0)
+        c.observe(100.0, batch=8, rows=40, ms=0.0)  # ignored
+        assert c.factor(7, 33) == pytest.approx(4.0) and c.factor(8, 64) == pytest.approx(4.0)
+        assert c.factor(8, 65) == pytest.approx(4.0)  # unmeasured: the largest measured rows bucket below
+        assert c.factor(8, 16) == 1.0 and c.factor(1, 40) == 1.0
+
+
+class TestPays:
+    def test_gain_must_cover_the_extra_rows(self):
+        """Lookup nodes pay when the tokens they add outgrow the extra verify ms: on a flat cost
+        any gain pays, on a cost linear in rows a small gain does not."""
+        s = LookupStats()
+        s.observe(proposed=8, accepted=1, added=8, gained=1)
+        assert s.pays(lambda rows: 100.0, batch=4, size=0, expected=0.0)
+        assert not s.pays(lambda rows: 10.0 * rows, batch=4, size=0, expected=0.0)
+
+
+class TestRoundRates:
+    def test_lookup_loses_only_when_both_kinds_are_measured_slower(self):
+        """Lookup loses in a batch bucket once rounds with it measured fewer tokens/ms than rounds
+        without (two decayed rounds each); other buckets and unmeasured kinds do not lose."""
+        r = RoundRates()
+        r.observe(8, grafted=True, tokens=18, ms=420.0)
+        r.observe(8, grafted=False, tokens=8, ms=140.0)
+        r.observe(8, grafted=False, tokens=8, ms=140.0)
+        assert not r.loses(8)  # one lookup round is not enough
+        r.observe(8, grafted=True, tokens=16, ms=330.0)
+        assert r.loses(8) and r.loses(5) and not r.loses(4) and not r.loses(16)
+        r.observe(8, grafted=True, tokens=0, ms=0.0)  # no ms: ignored
+        assert r.rate(8, True) == pytest.approx((18 * 0.9 + 16) / (420 * 0.9 + 330))
