@@ -69,7 +69,8 @@ class LookupStats:
         ``verify_ms(rows)``: ms of one verify pass of ``rows`` tokens at this batch."""
         added, gained = self.added / self.weight, self.gained / self.weight
         without = (expected + 1) / verify_ms(batch * (size + 1))
-        return (expected + 1 + gained) / verify_ms(round(batch * (size + 1 + added))) > without
+        # >=: lookup that rarely finds a match adds (almost) no rows and must stay offered
+        return (expected + 1 + gained) / verify_ms(round(batch * (size + 1 + added))) >= without
 
 
 def _pow2(n: int) -> int:

@@ -148,9 +148,17 @@ class Calibration:
         model expected ``model_tokens`` in ``model_ms``."""
         if ms <= 0 or model_ms <= 0 or model_tokens <= 0:
             return
-        key, d = (self.bucket(batch), speculative), RATE_DECAY
-        t, m, mt, mm, w = self.sums.get(key, [0.0] * 5)
-        self.sums[key] = [t * d + tokens, m * d + ms, mt * d + model_tokens, mm * d + model_ms, w * d + 1]
+        b = self.bucket(batch)
+        for kind in (True, False) if b == 1 else (speculative,):
+            # one sequence: both kinds age with every round, so a stale measurement (speculation
+            # measured slow once, then never chosen again) fades below MIN_RATE_WEIGHT after ~15
+            # rounds of the other kind and the model decides again (in-process HumanEval: prompts
+            # decoded plainly to the end after one slow reading). Larger batches keep theirs:
+            # re-trying speculation there makes every draft catch up (HTTP, 8 streams: 0.78x)
+            if (b, kind) in self.sums:
+                self.sums[(b, kind)] = [x * RATE_DECAY for x in self.sums[(b, kind)]]
+        t, m, mt, mm, w = self.sums.get((b, speculative), [0.0] * 5)
+        self.sums[(b, speculative)] = [t + tokens, m + ms, mt + model_tokens, mm + model_ms, w + 1]
 
     def measured(self, batch: int, speculative: bool) -> bool:
         """Whether this kind has ``MIN_RATE_WEIGHT`` decayed rounds in ``batch``'s bucket."""

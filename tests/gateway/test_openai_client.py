@@ -21,10 +21,14 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 
 @pytest.fixture(scope="module")
-def base_url():
+def backend():
+    return FakeBackend(script=lambda s: deltas(s.request_id, TOOL_CHUNKS if b"<tools>" in bytes(s.prompt)
+                                               else ["Hel", "lo 你", "好!"]))
+
+
+@pytest.fixture(scope="module")
+def base_url(backend):
     """Serve the app in a background thread; yield its /v1 URL."""
-    backend = FakeBackend(script=lambda s: deltas(s.request_id, TOOL_CHUNKS if b"<tools>" in bytes(s.prompt)
-                                                  else ["Hel", "lo 你", "好!"]))
     app = make_test_app(backend)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -50,6 +54,14 @@ class TestOpenAIClient:
         """completions.create returns the text and usage."""
         r = client.completions.create(model="treespec", prompt="hi", max_tokens=8)
         assert r.choices[0].text == "Hello 你好!" and r.usage.completion_tokens == len("Hello 你好!".encode())
+
+    def test_speculation_off_through_extra_body(self, client, backend):
+        """``extra_body={"speculation": False}`` reaches the scheduler as a request that does not
+        speculate; without it requests speculate."""
+        client.chat.completions.create(model="treespec", messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+                                       extra_body={"speculation": False})
+        client.chat.completions.create(model="treespec", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+        assert [s.params.speculate for s in backend.submits[-2:]] == [False, True]
 
     def test_completion_stream(self, client):
         """Streamed completion chunks concatenate to the full text."""

@@ -28,6 +28,14 @@ class TestPays:
         assert s.pays(lambda rows: 100.0, batch=4, size=0, expected=0.0)
         assert not s.pays(lambda rows: 10.0 * rows, batch=4, size=0, expected=0.0)
 
+    def test_lookup_without_matches_costs_nothing_and_stays_offered(self):
+        """Rounds where lookup found no match add no rows and no gain: it still pays (ties count),
+        so it is offered the next time a match may exist."""
+        s = LookupStats()
+        for _ in range(10):
+            s.observe(proposed=0, accepted=0, added=0, gained=0)
+        assert s.measured and s.pays(lambda rows: 10.0 * rows, batch=4, size=0, expected=0.0)
+
 
 class TestRoundRates:
     def test_lookup_loses_only_when_both_kinds_are_measured_slower(self):

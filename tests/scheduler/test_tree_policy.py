@@ -241,6 +241,18 @@ class TestCalibration:
             assert (p.explore_shape is not None) == explore
             assert not explore or (shape == p.best and p.explore_shape[0] >= SIZES[2])
 
+    def test_a_stale_speculative_reading_fades_for_one_sequence_only(self):
+        """At batch 1, ~15 plain rounds age a slow speculative reading out (factor back to 1.0, the
+        model decides again); at a batch of 8 it stays (re-trying would make every draft catch up)."""
+        c = Calibration()
+        for batch in (1, 8):
+            for _ in range(5):
+                c.observe(batch, True, tokens=2, ms=100.0, model_tokens=4, model_ms=100.0)
+            for _ in range(20):
+                c.observe(batch, False, tokens=1, ms=50.0, model_tokens=1, model_ms=50.0)
+        assert c.factor(1, True) == 1.0 and not c.measured(1, True)
+        assert c.factor(8, True) == pytest.approx(0.5) and c.factor(1, False) == pytest.approx(1.0)
+
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
         c = Calibration()
