@@ -44,13 +44,13 @@ import numpy as np
 from common.config import Config
 from common.tree import TokenTree, depths
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
-from services.scheduler.lookup_policy import LookupStats, RoundRates, VerifyCost
+# DECAY (weight of older rounds) and MIN_WEIGHT (decayed observations an estimate needs) are
+# shared by the acceptance table here and the lookup statistics there
+from services.scheduler.lookup_policy import DECAY, MIN_WEIGHT, LookupStats, RoundRates, VerifyCost
 
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 EXPLORE_EVERY = 8  # rounds
 EXPLORE_EXTRA_DEPTH = 2  # an explore round drafts 2 * best depth + this many levels (cheap under load)
-MIN_WEIGHT = 0.5  # decayed observations a (size, depth) estimate needs before it is used
-DECAY = 0.98  # weight of older rounds (adapts to the prompt at hand)
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,12 @@ class CostCurve:
     def __post_init__(self) -> None:
         if len(self.points) < 2 or any(t <= 0 or ms <= 0 for t, ms in self.points):
             raise ValueError(f"a cost curve needs >= 2 positive (tokens, ms) points, got {self.points}")
+        # the arrays once, not on every call (the policy evaluates ~100 shapes per round)
+        object.__setattr__(self, "_xs", np.array([t for t, _ in self.points], float))
+        object.__setattr__(self, "_ys", np.array([m for _, m in self.points], float))
 
     def ms(self, tokens: int) -> float:
-        xs = np.array([t for t, _ in self.points], float)
-        ys = np.array([m for _, m in self.points], float)
+        xs, ys = self._xs, self._ys
         if tokens <= xs[-1]:
             return float(np.interp(tokens, xs, ys))
         slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
