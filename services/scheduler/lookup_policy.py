@@ -10,7 +10,7 @@ grafts them only while
 while the extra accepted tokens pay for the extra verified rows.
 
 ``verify_ms`` is the verifier's start-up cost curve (one sequence, T tokens) corrected by
-``VerifyCost``: measured over curve ms for rounds of about the same batch and rows (the tree
+``CostCorrection``: measured over curve ms for rounds of about the same batch and rows (the tree
 policy's model uses the same corrected cost). The curve
 alone is far off for big batches: on the 2-core host a batch of 8 with ~35 rows (8 plain rows
 plus lookup chains) took 560 ms where 8 plain rows took 130 ms; the curve predicted about
@@ -78,15 +78,17 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-class VerifyCost:
-    """Measured verify ms over the cost curve's ms, decayed, per (batch, rows) bucket (powers
-    of two): the correction ``ms`` applies to the curve. Rows = tokens verified in the round."""
+class CostCorrection:
+    """Measured ms over the cost curve's ms, decayed, per (batch, size) bucket (powers of two):
+    the correction the tree policy applies to a curve. For the verifier ``rows`` is the tokens
+    verified in the round; for the draft it is the tree depth (level passes: each pays per-level
+    work the curve, one forward over T tokens, leaves out: logits, top-k, the tree mask)."""
 
     def __init__(self) -> None:
         self.ratios: dict[tuple[int, int], list[float]] = {}  # bucket -> [sum of ratios, weight]
 
     def observe(self, curve_ms: float, batch: int, rows: int, ms: float) -> None:
-        """One verify pass: ``rows`` tokens of ``batch`` sequences took ``ms`` (curve: ``curve_ms``)."""
+        """One pass: ``rows`` (tokens or levels) of ``batch`` sequences took ``ms`` (curve: ``curve_ms``)."""
         if curve_ms <= 0 or ms <= 0 or rows < 1:
             return
         key = (_pow2(batch), _pow2(rows))
@@ -95,14 +97,15 @@ class VerifyCost:
 
     def factor(self, batch: int, rows: int) -> float:
         """Measured / curve ms in this bucket, else in the same batch bucket's largest measured
-        rows bucket below (the ratio grows with rows); 1.0 when none has ``MIN_COST_WEIGHT`` rounds."""
+        rows bucket below (the ratio grows with rows), else its smallest one above; 1.0 when
+        none has ``MIN_COST_WEIGHT`` rounds."""
         b, r = _pow2(batch), _pow2(rows)
-        while r >= 1:
-            s, w = self.ratios.get((b, r), (0.0, 0.0))
-            if w >= MIN_COST_WEIGHT:
-                return s / w
-            r //= 2
-        return 1.0
+        measured = sorted(k[1] for k, (_, w) in self.ratios.items() if k[0] == b and w >= MIN_COST_WEIGHT)
+        if not measured:
+            return 1.0
+        below = [m for m in measured if m <= r]
+        s, w = self.ratios[(b, below[-1] if below else measured[0])]
+        return s / w
 
 
 class RoundRates:

@@ -365,7 +365,8 @@ class RoundDriver:
             speculative = nodes > 0
             self.policy.observe_verify(len(accepted), len(accepted) + nodes, rnd.verify_ms, bool(rnd.grafts),
                                        sum(accepted), rnd.draft_ms + rnd.verify_ms)
-            self.policy.observe_round(speculative, sum(accepted), rnd.draft_ms + rnd.verify_ms)
+            self.policy.observe_round(speculative, sum(accepted), rnd.draft_ms + rnd.verify_ms,
+                                      0.0 if rnd.guessed else rnd.draft_ms)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted, from_guess=rnd.guessed)
         return out
 

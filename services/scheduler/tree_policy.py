@@ -25,7 +25,10 @@ B / verify_ms(B). Larger batches make verification steeper, so the chosen tree s
 must first catch up on a backlog (new prompts, plain rounds) adds that prefill spread over
 the tokens the batch may still generate.
 
-The model can be wrong (per-level overheads, lookup rows, load, a drifting host), so
+Both curves are corrected by measured ms per (batch, size) bucket (``CostCorrection``): the
+verifier's by rows, the draft's by depth, from rounds without a catch-up (the level passes cost
+about twice the curve at batch 1 on the 2-core host: logits, top-k and the tree mask per level).
+The model can still be wrong (acceptance drifting with the text, lookup rows, load), so
 ``Calibration`` checks it: measured over modelled tokens per ms, for speculative and for plain
 rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
 
@@ -46,10 +49,11 @@ from common.tree import TokenTree, depths
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
 # DECAY (weight of older rounds) and MIN_WEIGHT (decayed observations an estimate needs) are
 # shared by the acceptance table here and the lookup statistics there
-from services.scheduler.lookup_policy import DECAY, MIN_WEIGHT, LookupStats, RoundRates, VerifyCost
+from services.scheduler.lookup_policy import DECAY, MIN_WEIGHT, LookupStats, RoundRates, CostCorrection
 
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 EXPLORE_EVERY = 8  # rounds
+EXPLORE_MIN_REMAINING = 16  # tokens: no explore round when the batch may generate fewer (mean)
 EXPLORE_EXTRA_DEPTH = 2  # an explore round drafts 2 * best depth + this many levels (cheap under load)
 
 
@@ -75,13 +79,24 @@ class CostCurve:
         return float(ys[-1] + slope * (tokens - xs[-1]))
 
 
+PRIOR_WEIGHT = 2.0  # decayed observations' worth of the prior that shrinks a sparse cell's mean
+
+
 class AcceptanceTable:
-    """Decayed mean accepted length of counterfactually pruned trees, per (size, depth)."""
+    """Decayed mean accepted length of counterfactually pruned trees, per (size, depth).
+
+    Big cells are observed only by big (explore) trees, so their means rest on few rounds; the
+    policy picks the cell of highest estimate, so a lucky sparse cell would win (the winner's
+    curse: in-process, one explore that accepted 13 tokens made 16x12 trees look best, and they
+    then measured half the modelled rate). Each mean is therefore shrunk toward the mean of the
+    most-observed cell inside it (no bigger, no deeper, whose accepted length cannot exceed its
+    own) with ``PRIOR_WEIGHT`` observations' worth of weight."""
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
         self.total = np.zeros((len(SIZES), max_depth + 1))
         self.weight = np.zeros((len(SIZES), max_depth + 1))
+        self._shrunk: np.ndarray | None = None  # cached estimates, rebuilt after an observation
 
     def observe(self, tree: TokenTree, accepted: list[int]) -> None:
         """Add one verified tree and the node indices the main model accepted."""
@@ -90,6 +105,7 @@ class AcceptanceTable:
             return
         d = depths(tree.parents)
         order = np.lexsort((np.arange(n), d, -tree.scores))  # select_best's ranking
+        self._shrunk = None
         self.total *= DECAY
         self.weight *= DECAY
         for depth_cap in range(1, min(self.max_depth, int(d.max())) + 1):
@@ -111,8 +127,27 @@ class AcceptanceTable:
         return bool((self.weight >= MIN_WEIGHT).any())
 
     def expected(self, size_index: int, depth: int) -> float | None:
-        w = self.weight[size_index, depth]
-        return float(self.total[size_index, depth] / w) if w >= MIN_WEIGHT else None
+        """Shrunk mean accepted draft tokens (bonus excluded) of a (``SIZES[size_index]``,
+        ``depth``) tree; None before ``MIN_WEIGHT`` decayed observations."""
+        if self.weight[size_index, depth] < MIN_WEIGHT:
+            return None
+        if self._shrunk is None:
+            self._shrunk = self._shrink()
+        return float(self._shrunk[size_index, depth])
+
+    def _shrink(self) -> np.ndarray:
+        """(mean * weight + prior * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT) per cell, prior = the
+        mean of the most-observed cell at or below it in size and depth (ties: the nearest, so a
+        table observed evenly keeps its plain means)."""
+        mean = np.divide(self.total, self.weight, out=np.zeros_like(self.total), where=self.weight > 0)
+        out = np.zeros_like(mean)
+        for si in range(len(SIZES)):
+            for depth in range(1, self.max_depth + 1):
+                sub = self.weight[si::-1, depth:0:-1]  # reversed: ties go to the cell nearest this one
+                i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
+                prior = mean[si - i, depth - j]
+                out[si, depth] = (self.total[si, depth] + PRIOR_WEIGHT * prior) / (self.weight[si, depth] + PRIOR_WEIGHT)
+        return out
 
 
 PLAIN_EXPLORE_FACTOR = 4  # while plain decoding is best, explore 4x less often (a tree over a big batch is costly)
@@ -151,12 +186,14 @@ class Calibration:
         if ms <= 0 or model_ms <= 0 or model_tokens <= 0:
             return
         b = self.bucket(batch)
-        for kind in (True, False) if b == 1 else (speculative,):
-            # one sequence: both kinds age with every round, so a stale measurement (speculation
-            # measured slow once, then never chosen again) fades below MIN_RATE_WEIGHT after ~15
-            # rounds of the other kind and the model decides again (in-process HumanEval: prompts
-            # decoded plainly to the end after one slow reading). Larger batches keep theirs:
-            # re-trying speculation there makes every draft catch up (HTTP, 8 streams: 0.78x)
+        for kind in {speculative, True} if b == 1 else (speculative,):
+            # one sequence: the speculative reading ages with plain rounds too, so a stale one
+            # (speculation measured slow once, then never chosen again) fades below MIN_RATE_WEIGHT
+            # after ~15 plain rounds and the model decides again (in-process HumanEval: prompts
+            # decoded plainly to the end after one slow reading). The plain reading ages with plain
+            # rounds only: ageing it with every round made every 4th round a plain probe. Larger
+            # batches keep theirs: re-trying speculation there makes every draft catch up (HTTP, 8
+            # streams: 0.78x)
             if (b, kind) in self.sums:
                 self.sums[(b, kind)] = [x * RATE_DECAY for x in self.sums[(b, kind)]]
         t, m, mt, mm, w = self.sums.get((b, speculative), [0.0] * 5)
@@ -188,7 +225,9 @@ class TreePolicy:
         self.lookup_rounds = 0
         self.lookup_next_explore = EXPLORE_EVERY  # lookup round of the next graft made whatever it pays
         self.lookup_misses = 0  # lookup explores since it last paid (each doubles the gap to the next)
-        self.verify_cost = VerifyCost()
+        self.verify_cost = CostCorrection()
+        self.draft_cost = CostCorrection()  # per (batch, depth): level passes cost more than the curve says
+        self.draft_modelled: tuple[int, int, float] | None = None  # (batch, depth, curve ms) of this round's trees
         self.lookup_rates = RoundRates()
         self.explore_shape: tuple[int, int] | None = None  # this round's explore tree, for one sequence
         self.calibration = Calibration()
@@ -213,17 +252,24 @@ class TreePolicy:
         beyond what a round normally appends (after plain rounds, or for new prompts);
         ``remaining``: mean tokens each sequence may still generate. Speculating now pays the
         catch-up once, so the model spreads it over the rounds left (``_modelled_best``)."""
-        self.modelled = None  # only a modelled choice is calibrated
+        self.modelled = self.draft_modelled = None  # only a modelled choice is calibrated
         self.explore_shape = None
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
         if self.verify is None or self.draft is None or not self.table.measured():
             # cold start: without acceptance data every tree's expected gain is unknown, and the
-            # model would decode plainly until the next explore round; speculate to measure it
+            # model would decode plainly until the next explore round; speculate to measure it.
+            # In a batch only one sequence drafts (the rest decode plainly): a default tree for
+            # all made every draft prefill its prompt first (HTTP, 8 streams: one 4.5 s round)
             self.last_reason = "default until measured"
+            if batch > 1:
+                self.explore_shape = (AUTO_DEFAULT_SIZE, self.max_depth)
+                return 0, 0
             return AUTO_DEFAULT_SIZE, self.max_depth
-        if self.rounds % self.explore_every() == 1:  # probe a tree about twice the current best
+        if self.rounds % self.explore_every() == 1 and remaining >= EXPLORE_MIN_REMAINING:
+            # probe a tree about twice the current best (not for a batch about to finish: its
+            # sequence's draft catch-up would cost several rounds for a few tokens)
             self.plain_explores += self.best == (0, 0)
             self.explore_shape = (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
                                   min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
@@ -236,6 +282,9 @@ class TreePolicy:
             return 0, 0
         best, rate, model = self._modelled_best(batch, backlog, remaining)
         self.modelled = model
+        if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost
+            exp = self.table.expected(SIZES.index(best[0]), best[1])
+            self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, best[1], exp))
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
         self.best = best
@@ -253,9 +302,13 @@ class TreePolicy:
             return EXPLORE_EVERY
         return EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR * 2 ** min(self.plain_explores, PLAIN_EXPLORE_BACKOFF)
 
-    def observe_round(self, speculative: bool, tokens: int, ms: float) -> None:
-        """A finished decode round (``tokens`` committed in ``ms`` of draft + verify work)
-        calibrates the model's prediction for the shape chosen for it."""
+    def observe_round(self, speculative: bool, tokens: int, ms: float, draft_ms: float = 0.0) -> None:
+        """A finished decode round (``tokens`` committed in ``ms`` of draft + verify work, of
+        which ``draft_ms`` drafting the chosen trees; 0 = unknown) calibrates the model's
+        prediction for the shape chosen for it, and the draft's cost per level."""
+        if self.draft_modelled is not None and speculative and draft_ms > 0:
+            batch, depth, curve_ms = self.draft_modelled
+            self.draft_cost.observe(curve_ms, batch, depth, draft_ms)
         if self.modelled is not None and self.modelled[1] == speculative:
             batch, _, model_tokens, model_ms = self.modelled
             self.calibration.observe(batch, speculative, tokens, ms, model_tokens, model_ms)
@@ -309,7 +362,7 @@ class TreePolicy:
 
     def verify_ms(self, batch: int, rows: int) -> float:
         """Predicted ms of one verify pass over ``rows`` tokens of ``batch`` sequences: the
-        start-up curve times the measured correction (``VerifyCost``)."""
+        start-up curve times the measured correction (``CostCorrection``)."""
         return self.verify.ms(rows) * self.verify_cost.factor(batch, rows)
 
     def observe_verify(self, batch: int, rows: int, ms: float, grafted: bool = False, tokens: int = 0,
@@ -322,6 +375,11 @@ class TreePolicy:
         self.lookup_rates.observe(batch, grafted, tokens, round_ms)
 
     def _draft_ms(self, batch: int, depth: int, expected: float) -> float:
-        """Append the committed tokens, then one pass per further level."""
+        """Predicted draft ms of a round's trees: the curve's (``_draft_curve_ms``) times the
+        measured correction at this batch and depth (``draft_cost``)."""
+        return self._draft_curve_ms(batch, depth, expected) * self.draft_cost.factor(batch, depth)
+
+    def _draft_curve_ms(self, batch: int, depth: int, expected: float) -> float:
+        """Append the committed tokens, then one pass per further level (start-up curve ms)."""
         append = self.draft.ms(max(1, round(batch * (expected + 1))))
         return append + (depth - 1) * self.draft.ms(batch * self.width)

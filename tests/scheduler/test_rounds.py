@@ -59,13 +59,29 @@ class TestCalibration:
         drv = driver(draft=False)
         drv.had_draft = True
         seen = []
-        drv.policy.observe_round = lambda speculative, tokens, ms: seen.append((speculative, tokens, ms))
+        drv.policy.observe_round = lambda speculative, tokens, ms, draft_ms=0.0: seen.append((speculative, tokens, ms))
         drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS))
         for bonus in (7, 8, 9):
             (_, step), = drv.start(0.0)
             drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=50.0,
                                                       outs={"r": wire.VerifyOut(accepted=[], bonus=bonus)}), 0.0)
         assert seen == [(False, 1, 50.0), (False, 1, 50.0)]  # two decode rounds; the prefill round is left out
+
+    def test_a_drafted_round_reports_its_draft_ms(self):
+        """A speculative round hands the policy its draft worker's ms apart from the total, so the
+        draft curve's correction per level is measured (``TreePolicy.draft_cost``)."""
+        drv = driver(draft=True)
+        seen = []
+        drv.policy.observe_round = lambda speculative, tokens, ms, draft_ms=0.0: seen.append((speculative, ms, draft_ms))
+        drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"r": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        (_, draft), = drv.start(0.0)
+        (_, verify), = drv.on_draft(DRAFT, wire.DraftResult(round=draft.round, trees={"r": one_node_tree()},
+                                                            draft_ms=30.0), 0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, verify_ms=50.0,
+                                                  outs={"r": wire.VerifyOut(accepted=[0], bonus=8)}), 0.0)
+        assert seen == [(True, 80.0, 30.0)]
 
 
 class TestPrefillRound:

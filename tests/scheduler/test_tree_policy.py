@@ -9,7 +9,7 @@ from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE
 from services.scheduler.lookup_policy import DEFAULT_LOOKUP_ACCEPT
-from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH,
+from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY, SIZES,
                                            AcceptanceTable, Calibration, CostCurve, TreePolicy)
 
@@ -83,6 +83,20 @@ class TestAcceptanceTable:
         assert t.expected(SIZES.index(4), 2) is None
         assert t.expected(SIZES.index(2), 2) == pytest.approx(2)
 
+    def test_a_sparse_big_cell_is_shrunk_toward_the_well_observed_cell_inside_it(self):
+        """One big tree that accepted 12 among many 4-node trees that accepted 2 does not make the
+        big cell's estimate 12: it is pulled toward the small trees' mean (the winner's curse), and
+        it approaches its own mean as its observations grow."""
+        t = AcceptanceTable(max_depth=12)
+        for _ in range(20):
+            t.observe(chain_tree(4, siblings=0), [0, 1])
+        t.observe(chain_tree(12, siblings=0), list(range(12)))
+        one = t.expected(SIZES.index(12), 12)
+        assert 2 < one < 12 / 2
+        for _ in range(10):
+            t.observe(chain_tree(12, siblings=0), list(range(12)))
+        assert t.expected(SIZES.index(12), 12) > one and t.expected(SIZES.index(12), 12) > 9
+
 
 def policy(verify, draft) -> TreePolicy:
     p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
@@ -119,6 +133,21 @@ class TestTreePolicy:
         p.observe_verify(8, 8, 100.0)
         p.observe_verify(8, 16, 300.0)
         assert p._modelled_best(8)[0] == (0, 0) and p._modelled_best(1)[0] != (0, 0)
+
+    def test_measured_draft_cost_per_level_shortens_the_tree(self):
+        """Rounds whose drafting measured 3x the draft curve (per-level work the curve leaves out)
+        make the model choose a shallower tree than the curve alone; a catch-up round (backlog)
+        does not feed that correction."""
+        p = policy(((1, 100.0), (256, 120.0)), ((1, 8.0), (256, 60.0)))
+        depth = p.choose(1)[1]
+        assert depth > 2 and p.draft_modelled is not None
+        _, d, curve_ms = p.draft_modelled
+        for _ in range(5):
+            p.observe_round(True, 4, 500.0, draft_ms=3 * curve_ms)
+        assert p.draft_cost.factor(1, d) == pytest.approx(3.0)
+        assert p._modelled_best(1)[0][1] < depth
+        p.choose(1, backlog=500, remaining=1000)
+        assert p.draft_modelled is None
 
     def test_draft_catch_up_is_spread_over_the_tokens_left(self):
         """A tree that pays per round is still chosen when the draft must first prefill a large
@@ -160,6 +189,18 @@ class TestTreePolicy:
         size, depth = p.explore_shape
         assert size == max(2 * best[0], SIZES[2])
         assert depth == min(12, 2 * best[1] + EXPLORE_EXTRA_DEPTH) < 12
+
+    def test_no_explore_when_the_batch_is_about_to_finish(self):
+        """An explore round is skipped while the batch may generate fewer than EXPLORE_MIN_REMAINING
+        tokens per sequence: the probe's draft catch-up would cost more than the tokens left."""
+        p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
+        p.choose(1)
+        p.rounds = 0
+        p.choose(1, backlog=200, remaining=EXPLORE_MIN_REMAINING - 1)
+        assert p.explore_shape is None and p.last_reason != "explore"
+        p.rounds = 0
+        p.choose(1, backlog=200, remaining=EXPLORE_MIN_REMAINING)
+        assert p.explore_shape is not None
 
 
 class TestCalibration:
@@ -253,6 +294,16 @@ class TestCalibration:
         assert c.factor(1, True) == 1.0 and not c.measured(1, True)
         assert c.factor(8, True) == pytest.approx(0.5) and c.factor(1, False) == pytest.approx(1.0)
 
+    def test_speculative_rounds_do_not_age_the_plain_reading(self):
+        """At batch 1 a plain reading stays measured through many speculative rounds (no plain
+        probe every few rounds); only its own rounds decay it."""
+        c = Calibration()
+        for _ in range(3):
+            c.observe(1, False, tokens=1, ms=50.0, model_tokens=1, model_ms=50.0)
+        for _ in range(30):
+            c.observe(1, True, tokens=4, ms=100.0, model_tokens=4, model_ms=100.0)
+        assert c.measured(1, False) and c.measured(1, True)
+
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
         c = Calibration()
@@ -302,7 +353,7 @@ class TestLookupNodes:
 
     def test_measured_verify_cost_overrules_a_flat_curve(self):
         """Lookup that pays on a flat start-up curve stops being grafted once rounds at this
-        batch measured the extra rows 4x dearer (VerifyCost), and pays again at batch 1 where
+        batch measured the extra rows 4x dearer (CostCorrection), and pays again at batch 1 where
         nothing was measured."""
         p = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.25)
         assert p.lookup_nodes(8, 0, 0) == 8
@@ -341,3 +392,12 @@ class TestColdStart:
         p.observe(chain_tree(4), [0])
         shapes = [p.choose(1) for _ in range(40)]
         assert shapes.count((0, 0)) > 30  # a draft level costs 10 plain steps here: plain wins
+
+    def test_a_cold_batch_measures_acceptance_on_one_sequence(self):
+        """Before any tree was verified, a batch of several sequences decodes plainly while one of them
+        drafts the default tree (``explore_shape``), so the drafts of the others need not prefill first."""
+        p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
+        p.set_costs(CostCurve(((1, 10.0), (256, 20.0))), CostCurve(((1, 1.0), (256, 2.0))))
+        assert p.choose(8) == (0, 0)
+        assert p.explore_shape == (AUTO_DEFAULT_SIZE, 12)
+        assert p.choose(1) == (AUTO_DEFAULT_SIZE, 12) and p.explore_shape is None
