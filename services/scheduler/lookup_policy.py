@@ -97,12 +97,17 @@ class CostCorrection:
 
     def factor(self, batch: int, rows: int) -> float:
         """Measured / curve ms in this bucket, else in the same batch bucket's largest measured
-        rows bucket below (the ratio grows with rows), else its smallest one above; 1.0 when
-        none has ``MIN_COST_WEIGHT`` rounds."""
-        b, r = _pow2(batch), _pow2(rows)
-        measured = sorted(k[1] for k, (_, w) in self.ratios.items() if k[0] == b and w >= MIN_COST_WEIGHT)
-        if not measured:
+        rows bucket below (the ratio grows with rows), else its smallest one above. A batch
+        bucket with none measured takes the nearest smaller measured batch bucket's factor (the
+        ratio grows with the batch too: the curve is one sequence's; at 8 streams a first round
+        priced by the bare curve bet the whole batch on trees that measured 2.6x slower than
+        plain); 1.0 when no smaller batch has ``MIN_COST_WEIGHT`` rounds."""
+        r = _pow2(rows)
+        buckets = {k[0] for k, (_, w) in self.ratios.items() if w >= MIN_COST_WEIGHT and k[0] <= _pow2(batch)}
+        if not buckets:
             return 1.0
+        b = max(buckets)
+        measured = sorted(k[1] for k, (_, w) in self.ratios.items() if k[0] == b and w >= MIN_COST_WEIGHT)
         below = [m for m in measured if m <= r]
         s, w = self.ratios[(b, below[-1] if below else measured[0])]
         return s / w

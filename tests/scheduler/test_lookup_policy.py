@@ -10,15 +10,16 @@ from services.scheduler.lookup_policy import LookupStats, RoundRates, CostCorrec
 class TestCostCorrection:
     def test_factor_is_measured_over_curve_per_batch_and_rows_bucket(self):
         """The correction is the decayed mean of measured/curve ms in the (batch, rows) power-of-two
-        bucket, or the same batch's nearest measured bucket below, else above; 1.0 with none, and
-        rounds without ms are ignored."""
+        bucket, or the same batch's nearest measured bucket below, else above; an unmeasured batch
+        takes the nearest smaller measured batch's; 1.0 with none, and rounds without ms are ignored."""
         c = CostCorrection()
         c.observe(100.0, batch=8, rows=40, ms=400.0)
         c.observe(100.0, batch=8, rows=40, ms=0.0)  # ignored
         assert c.factor(7, 33) == pytest.approx(4.0) and c.factor(8, 64) == pytest.approx(4.0)
         assert c.factor(8, 65) == pytest.approx(4.0)  # unmeasured: the largest measured rows bucket below
         assert c.factor(8, 16) == pytest.approx(4.0)  # nothing below: the smallest measured bucket above
-        assert c.factor(1, 40) == 1.0
+        assert c.factor(1, 40) == 1.0  # no smaller batch measured either
+        assert c.factor(16, 40) == pytest.approx(4.0)  # batch 16 unmeasured: batch 8's factor
         c.observe(100.0, batch=8, rows=10, ms=200.0)
         assert c.factor(8, 12) == pytest.approx(2.0) and c.factor(8, 3) == pytest.approx(2.0)
 
