@@ -19,7 +19,7 @@ from common.tree_budget import TreeBudget
 from services.draft.runner import DraftRunner
 from services.scheduler.core import SchedulerCore
 from services.scheduler.local import LocalEngine
-from services.scheduler.tree_policy import CostCurve
+from services.scheduler.estimates import CostCurve
 from services.verifier.runner import VerifierRunner
 
 COST_GRID_TOKENS = 256  # largest forward measured for the tree_size=auto cost curves

@@ -19,7 +19,8 @@ from common import wire
 from common.config import Config
 from services.scheduler.core import AdmissionError, SchedulerCore
 from services.scheduler.rounds import Out, RoundDriver
-from services.scheduler.tree_policy import CostCurve, TreePolicy
+from services.scheduler.estimates import CostCurve
+from services.scheduler.tree_policy import TreePolicy
 from services.scheduler.workers import WorkerRegistry
 
 GATEWAY = b"local-gateway"

@@ -29,7 +29,7 @@ from typing import Callable
 
 DEFAULT_LOOKUP_ACCEPT = 0.5  # per-node acceptance assumed for lookup nodes before any is measured
 MIN_LOOKUP_ACCEPT = 0.02  # floor of the per-node estimate (keeps log-scores finite)
-DECAY = 0.98  # weight of older rounds in acceptance means (here and in tree_policy.AcceptanceTable)
+DECAY = 0.98  # weight of older rounds in acceptance means (here and in estimates.AcceptanceTable)
 MIN_WEIGHT = 0.5  # decayed observations an acceptance mean needs before it is used
 COST_DECAY = 0.9  # weight of older rounds in a measured/curve ratio
 MIN_COST_WEIGHT = 1.0  # decayed rounds a ratio needs before it corrects the curve

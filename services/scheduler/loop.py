@@ -27,7 +27,7 @@ from services.scheduler import replies
 from services.scheduler.access import refusal
 from services.scheduler.core import SchedulerCore
 from services.scheduler.rounds import Out, RoundDriver
-from services.scheduler.tree_policy import CostCurve
+from services.scheduler.estimates import CostCurve
 from services.scheduler.workers import WorkerRegistry
 
 STATS_INTERVAL_S = 1.0

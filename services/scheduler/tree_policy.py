@@ -29,7 +29,8 @@ Both curves are corrected by measured ms per (batch, size) bucket (``CostCorrect
 verifier's by rows, the draft's by depth, from rounds without a catch-up (the level passes cost
 about twice the curve at batch 1 on the 2-core host: logits, top-k and the tree mask per level).
 The model can still be wrong (acceptance drifting with the text, lookup rows, load), so
-``Calibration`` checks it: measured over modelled tokens per ms, for speculative and for plain
+``Calibration`` (``estimates.py``, with the cost curves and the acceptance table) checks it:
+measured over modelled tokens per ms, for speculative and for plain
 rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
 
 Prompt-lookup candidates are a second source of tree nodes that cost no draft compute,
@@ -40,173 +41,23 @@ Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
 from common.config import Config
-from common.tree import TokenTree, depths
+from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
-# DECAY (weight of older rounds) and MIN_WEIGHT (decayed observations an estimate needs) are
-# shared by the acceptance table here and the lookup statistics there
-from services.scheduler.lookup_policy import DECAY, MIN_WEIGHT, LookupStats, RoundRates, CostCorrection
+from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
+from services.scheduler.lookup_policy import CostCorrection, LookupStats, RoundRates
 
-SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 EXPLORE_EVERY = 8  # rounds
 EXPLORE_MIN_REMAINING = 16  # tokens: no explore round when the batch may generate fewer (mean)
 EXPLORE_EXTRA_DEPTH = 2  # an explore round drafts 2 * best depth + this many levels (cheap under load)
 
-
-@dataclass(frozen=True)
-class CostCurve:
-    """Measured ms of one forward pass over ``tokens`` tokens; linear in between, linear
-    extrapolation past the last point. ``points``: ((tokens, ms), ...) ascending."""
-
-    points: tuple[tuple[int, float], ...]
-
-    def __post_init__(self) -> None:
-        if len(self.points) < 2 or any(t <= 0 or ms <= 0 for t, ms in self.points):
-            raise ValueError(f"a cost curve needs >= 2 positive (tokens, ms) points, got {self.points}")
-        # the arrays once, not on every call (the policy evaluates ~100 shapes per round)
-        object.__setattr__(self, "_xs", np.array([t for t, _ in self.points], float))
-        object.__setattr__(self, "_ys", np.array([m for _, m in self.points], float))
-
-    def ms(self, tokens: int) -> float:
-        xs, ys = self._xs, self._ys
-        if tokens <= xs[-1]:
-            return float(np.interp(tokens, xs, ys))
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return float(ys[-1] + slope * (tokens - xs[-1]))
-
-
-PRIOR_WEIGHT = 2.0  # decayed observations' worth of the prior that shrinks a sparse cell's mean
-
-
-class AcceptanceTable:
-    """Decayed mean accepted length of counterfactually pruned trees, per (size, depth).
-
-    Big cells are observed only by big (explore) trees, so their means rest on few rounds; the
-    policy picks the cell of highest estimate, so a lucky sparse cell would win (the winner's
-    curse: in-process, one explore that accepted 13 tokens made 16x12 trees look best, and they
-    then measured half the modelled rate). Each mean is therefore shrunk toward the mean of the
-    most-observed cell inside it (no bigger, no deeper, whose accepted length cannot exceed its
-    own) with ``PRIOR_WEIGHT`` observations' worth of weight."""
-
-    def __init__(self, max_depth: int) -> None:
-        self.max_depth = max_depth
-        self.total = np.zeros((len(SIZES), max_depth + 1))
-        self.weight = np.zeros((len(SIZES), max_depth + 1))
-        self._shrunk: np.ndarray | None = None  # cached estimates, rebuilt after an observation
-
-    def observe(self, tree: TokenTree, accepted: list[int]) -> None:
-        """Add one verified tree and the node indices the main model accepted."""
-        n = len(tree)
-        if n == 0:
-            return
-        d = depths(tree.parents)
-        order = np.lexsort((np.arange(n), d, -tree.scores))  # select_best's ranking
-        self._shrunk = None
-        self.total *= DECAY
-        self.weight *= DECAY
-        for depth_cap in range(1, min(self.max_depth, int(d.max())) + 1):
-            ranked = [i for i in order if d[i] <= depth_cap]
-            rank = {node: r for r, node in enumerate(ranked)}
-            for si, size in enumerate(SIZES):
-                if size > n:
-                    break
-                kept = 0
-                for node in accepted:
-                    if d[node] > depth_cap or rank[node] >= size:
-                        break
-                    kept += 1
-                self.total[si, depth_cap] += kept
-                self.weight[si, depth_cap] += 1
-
-    def measured(self) -> bool:
-        """Whether any (size, depth) has an estimate (``MIN_WEIGHT`` decayed observations)."""
-        return bool((self.weight >= MIN_WEIGHT).any())
-
-    def expected(self, size_index: int, depth: int) -> float | None:
-        """Shrunk mean accepted draft tokens (bonus excluded) of a (``SIZES[size_index]``,
-        ``depth``) tree; None before ``MIN_WEIGHT`` decayed observations."""
-        if self.weight[size_index, depth] < MIN_WEIGHT:
-            return None
-        if self._shrunk is None:
-            self._shrunk = self._shrink()
-        return float(self._shrunk[size_index, depth])
-
-    def _shrink(self) -> np.ndarray:
-        """(mean * weight + prior * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT) per cell, prior = the
-        mean of the most-observed cell at or below it in size and depth (ties: the nearest, so a
-        table observed evenly keeps its plain means)."""
-        mean = np.divide(self.total, self.weight, out=np.zeros_like(self.total), where=self.weight > 0)
-        out = np.zeros_like(mean)
-        for si in range(len(SIZES)):
-            for depth in range(1, self.max_depth + 1):
-                sub = self.weight[si::-1, depth:0:-1]  # reversed: ties go to the cell nearest this one
-                i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
-                prior = mean[si - i, depth - j]
-                out[si, depth] = (self.total[si, depth] + PRIOR_WEIGHT * prior) / (self.weight[si, depth] + PRIOR_WEIGHT)
-        return out
-
-
 PLAIN_EXPLORE_FACTOR = 4  # while plain decoding is best, explore 4x less often (a tree over a big batch is costly)
 PLAIN_EXPLORE_BACKOFF = 5  # ... and twice as rarely again after each explore that left plain best, up to 2^5 x
 PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
-RATE_DECAY = 0.9  # weight of older rounds in a measured rate
 # A tree must beat plain decoding's rate by this fraction: its explore rounds and its draft's
 # catch-ups are outside the model, and near break-even (a batch of 4-8 on 2 cores, where every
 # verified row costs nearly a plain row) they made speculation 10-30% slower than plain (HTTP runs).
 SPEC_MARGIN = 0.1
-MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
-
-
-class Calibration:
-    """Measured against modelled committed tokens per ms, for speculative and for plain rounds
-    (decayed sums). The cost model predicts from start-up curves and can be wrong (per-level
-    overheads, lookup rows, load, a drifting host); ``factor`` scales its predicted rates so
-    that speculation measured slower than plain decoding loses to it (issue 15: the service
-    must never be slower than plain). One factor per kind and batch bucket (1, 2-3, 4-7, 8+
-    sequences: batching changes both kinds' costs differently); plain rounds come from that
-    choice and from probes (every ``PLAIN_PROBE_EVERY`` rounds, every 4th while the bucket's
-    plain factor is unmeasured)."""
-
-    def __init__(self) -> None:
-        self.sums: dict[tuple[int, bool], list[float]] = {}  # (bucket, speculative) -> [tokens, ms, model t, model ms, w]
-
-    @staticmethod
-    def bucket(batch: int) -> int:
-        """Batch bucket: 1, 2 (2-3), 4 (4-7) or 8 (8 and more sequences)."""
-        return 1 if batch <= 1 else 2 if batch <= 3 else 4 if batch <= 7 else 8
-
-    def observe(self, batch: int, speculative: bool, tokens: int, ms: float, model_tokens: float,
-                model_ms: float) -> None:
-        """One round: ``tokens`` committed in ``ms`` (the workers' draft + verify ms), where the
-        model expected ``model_tokens`` in ``model_ms``."""
-        if ms <= 0 or model_ms <= 0 or model_tokens <= 0:
-            return
-        b = self.bucket(batch)
-        for kind in {speculative, True} if b == 1 else (speculative,):
-            # one sequence: the speculative reading ages with plain rounds too, so a stale one
-            # (speculation measured slow once, then never chosen again) fades below MIN_RATE_WEIGHT
-            # after ~15 plain rounds and the model decides again (in-process HumanEval: prompts
-            # decoded plainly to the end after one slow reading). The plain reading ages with plain
-            # rounds only: ageing it with every round made every 4th round a plain probe. Larger
-            # batches keep theirs: re-trying speculation there makes every draft catch up (HTTP, 8
-            # streams: 0.78x)
-            if (b, kind) in self.sums:
-                self.sums[(b, kind)] = [x * RATE_DECAY for x in self.sums[(b, kind)]]
-        t, m, mt, mm, w = self.sums.get((b, speculative), [0.0] * 5)
-        self.sums[(b, speculative)] = [t + tokens, m + ms, mt + model_tokens, mm + model_ms, w + 1]
-
-    def measured(self, batch: int, speculative: bool) -> bool:
-        """Whether this kind has ``MIN_RATE_WEIGHT`` decayed rounds in ``batch``'s bucket."""
-        return self.sums.get((self.bucket(batch), speculative), [0.0] * 5)[4] >= MIN_RATE_WEIGHT
-
-    def factor(self, batch: int, speculative: bool) -> float:
-        """Measured rate / modelled rate in ``batch``'s bucket; 1.0 before ``MIN_RATE_WEIGHT`` rounds."""
-        t, m, mt, mm, _ = self.sums.get((self.bucket(batch), speculative), [0.0] * 5)
-        return (t / m) / (mt / mm) if self.measured(batch, speculative) and t > 0 and m > 0 and mt > 0 else 1.0
 
 
 class TreePolicy:

@@ -17,7 +17,7 @@ from common.tree import ROOT, children
 from services.draft.runner import DraftRunner
 from services.scheduler.core import SchedulerCore
 from services.scheduler.local import LocalEngine
-from services.scheduler.tree_policy import CostCurve
+from services.scheduler.estimates import CostCurve
 from services.verifier.runner import VerifierRunner
 
 EOS = 151645

@@ -1,4 +1,4 @@
-"""The tree-shape optimiser: counterfactual acceptance table and cost-based choice."""
+"""The tree-shape optimiser: the cost-based choice, its explores, calibration and lookup decisions."""
 
 from __future__ import annotations
 
@@ -6,30 +6,15 @@ import numpy as np
 import pytest
 
 from common.config import Config
-from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE
+from services.scheduler.estimates import SIZES, CostCurve
 from services.scheduler.lookup_policy import DEFAULT_LOOKUP_ACCEPT
 from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
-                                           PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY, SIZES,
-                                           AcceptanceTable, Calibration, CostCurve, TreePolicy)
+                                           PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY,
+                                           TreePolicy)
+from tests.scheduler.trees import chain_tree
 
 
-def chain_tree(depth: int, siblings: int = 3) -> TokenTree:
-    """A best-first chain of ``depth`` nodes (scores -0.1 per level), each chain node with
-    ``siblings`` low-scoring alternative children; returns the tree, chain first."""
-    tokens, parents, scores = [], [], []
-    for d in range(depth):
-        tokens.append(100 + d)
-        parents.append(d - 1 if d else -1)
-        scores.append(-0.1 * (d + 1))
-    chain = list(range(depth))
-    for node in [-1] + chain[:-1]:
-        for s in range(siblings):
-            tokens.append(500 + len(tokens))
-            parents.append(node)
-            base = -0.1 * (node + 1) if node >= 0 else 0.0
-            scores.append(base - 3.0 - s)
-    return TokenTree.build(tokens, parents, scores)
 
 
 def feed(policy, rounds: int = 60, depth: int = 12, seed: int = 0) -> None:
@@ -51,51 +36,6 @@ def feed(policy, rounds: int = 60, depth: int = 12, seed: int = 0) -> None:
         policy.table.observe(tree, path)
 
 
-class TestCostCurve:
-    def test_interpolates_and_extrapolates(self):
-        """Between points the cost is linear; past the last point it follows the last slope."""
-        c = CostCurve(((1, 100.0), (8, 100.0), (64, 300.0)))
-        assert c.ms(4) == pytest.approx(100.0)
-        assert c.ms(36) == pytest.approx(200.0)
-        assert c.ms(128) == pytest.approx(300.0 + 200.0 / 56 * 64)
-
-    def test_rejects_a_single_point(self):
-        """A curve needs at least two positive points."""
-        with pytest.raises(ValueError):
-            CostCurve(((1, 10.0),))
-
-
-class TestAcceptanceTable:
-    def test_counterfactual_pruning(self):
-        """A fully accepted 12-deep chain counts 12 at full size, only n at size n < 12, and D at depth cap D."""
-        t = AcceptanceTable(max_depth=12)
-        for _ in range(4):
-            t.observe(chain_tree(12), list(range(12)))
-        assert t.expected(SIZES.index(48), 12) == pytest.approx(12)
-        assert t.expected(SIZES.index(4), 12) == pytest.approx(4)
-        assert t.expected(SIZES.index(48), 3) == pytest.approx(3)
-
-    def test_no_estimate_beyond_observed_size(self):
-        """Sizes larger than any verified tree have no estimate."""
-        t = AcceptanceTable(max_depth=4)
-        for _ in range(4):
-            t.observe(TokenTree.build([1, 2], [-1, 0], [-0.1, -0.2]), [0, 1])
-        assert t.expected(SIZES.index(4), 2) is None
-        assert t.expected(SIZES.index(2), 2) == pytest.approx(2)
-
-    def test_a_sparse_big_cell_is_shrunk_toward_the_well_observed_cell_inside_it(self):
-        """One big tree that accepted 12 among many 4-node trees that accepted 2 does not make the
-        big cell's estimate 12: it is pulled toward the small trees' mean (the winner's curse), and
-        it approaches its own mean as its observations grow."""
-        t = AcceptanceTable(max_depth=12)
-        for _ in range(20):
-            t.observe(chain_tree(4, siblings=0), [0, 1])
-        t.observe(chain_tree(12, siblings=0), list(range(12)))
-        one = t.expected(SIZES.index(12), 12)
-        assert 2 < one < 12 / 2
-        for _ in range(10):
-            t.observe(chain_tree(12, siblings=0), list(range(12)))
-        assert t.expected(SIZES.index(12), 12) > one and t.expected(SIZES.index(12), 12) > 9
 
 
 def policy(verify, draft) -> TreePolicy:
@@ -281,37 +221,6 @@ class TestCalibration:
             explore = p.last_reason == "explore"
             assert (p.explore_shape is not None) == explore
             assert not explore or (shape == p.best and p.explore_shape[0] >= SIZES[2])
-
-    def test_a_stale_speculative_reading_fades_for_one_sequence_only(self):
-        """At batch 1, ~15 plain rounds age a slow speculative reading out (factor back to 1.0, the
-        model decides again); at a batch of 8 it stays (re-trying would make every draft catch up)."""
-        c = Calibration()
-        for batch in (1, 8):
-            for _ in range(5):
-                c.observe(batch, True, tokens=2, ms=100.0, model_tokens=4, model_ms=100.0)
-            for _ in range(20):
-                c.observe(batch, False, tokens=1, ms=50.0, model_tokens=1, model_ms=50.0)
-        assert c.factor(1, True) == 1.0 and not c.measured(1, True)
-        assert c.factor(8, True) == pytest.approx(0.5) and c.factor(1, False) == pytest.approx(1.0)
-
-    def test_speculative_rounds_do_not_age_the_plain_reading(self):
-        """At batch 1 a plain reading stays measured through many speculative rounds (no plain
-        probe every few rounds); only its own rounds decay it."""
-        c = Calibration()
-        for _ in range(3):
-            c.observe(1, False, tokens=1, ms=50.0, model_tokens=1, model_ms=50.0)
-        for _ in range(30):
-            c.observe(1, True, tokens=4, ms=100.0, model_tokens=4, model_ms=100.0)
-        assert c.measured(1, False) and c.measured(1, True)
-
-    def test_zero_ms_rounds_are_ignored(self):
-        """A round without measured ms (or without a model) does not calibrate."""
-        c = Calibration()
-        for _ in range(5):
-            c.observe(1, True, tokens=4, ms=0.0, model_tokens=4, model_ms=100.0)
-        assert c.factor(1, True) == 1.0 and (1, True) not in c.sums
-        assert [Calibration.bucket(b) for b in (1, 2, 3, 4, 7, 8, 64)] == [1, 2, 2, 4, 4, 8, 8]
-
 
 class TestLookupNodes:
     def lookup_policy(self, verify, accepted_per_node: float) -> TreePolicy:
