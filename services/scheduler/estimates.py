@@ -103,8 +103,8 @@ class AcceptanceTable:
 
     def _shrink(self) -> np.ndarray:
         """(mean * weight + prior * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT) per cell, prior = the
-        mean of the most-observed cell at or below it in size and depth (ties: the nearest, so a
-        table observed evenly keeps its plain means)."""
+        mean of the most-observed cell at or below it in size and depth (ties: the same size
+        first, then the nearest depth, so a table observed evenly keeps its plain means)."""
         mean = np.divide(self.total, self.weight, out=np.zeros_like(self.total), where=self.weight > 0)
         out = np.zeros_like(mean)
         for si in range(len(SIZES)):

@@ -97,7 +97,8 @@ class CostCorrection:
 
     def factor(self, batch: int, rows: int) -> float:
         """Measured / curve ms in this bucket, else in the same batch bucket's largest measured
-        rows bucket below (the ratio grows with rows), else its smallest one above. A batch
+        rows bucket below (the ratio grows with rows), else its smallest one above (which
+        prices a plain round high until its own bucket is measured, a few rounds). A batch
         bucket with none measured takes the nearest smaller measured batch bucket's factor (the
         ratio grows with the batch too: the curve is one sequence's; at 8 streams a first round
         priced by the bare curve bet the whole batch on trees that measured 2.6x slower than

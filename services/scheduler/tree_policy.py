@@ -10,7 +10,8 @@ default) picks the shape that maximises expected committed tokens per second, fr
   score) at depth <= D, and the accepted path survives up to its first pruned node.
   For greedy decoding this counterfactual is exact, so one big tree measures every
   (n, D) at once. Every ``EXPLORE_EVERY``-th round (4x less often while plain decoding is
-  best, backing off further while it stays best: ``TreePolicy.explore_every``) asks for a tree
+  best, backing off further while it stays best: ``TreePolicy.explore_every``; never while the
+  batch may generate fewer than ``EXPLORE_MIN_REMAINING`` tokens) one sequence drafts a tree
   about twice the current best (size and depth), so the estimates can
   grow toward bigger trees when they pay, while exploring stays cheap when the best is small
   (heavy load).
@@ -102,7 +103,11 @@ class TreePolicy:
         ``backlog``: tokens the drafts must catch up on (prefill) before this round's trees,
         beyond what a round normally appends (after plain rounds, or for new prompts);
         ``remaining``: mean tokens each sequence may still generate. Speculating now pays the
-        catch-up once, so the model spreads it over the rounds left (``_modelled_best``)."""
+        catch-up once, so the model spreads it over the rounds left (``_modelled_best``).
+
+        Before any acceptance is measured one sequence speculates at once; a batch of several
+        decodes plainly while one of its sequences drafts the default tree (``explore_shape``),
+        unless the batch is about to finish (``EXPLORE_MIN_REMAINING``), as for every explore."""
         self.modelled = self.draft_modelled = None  # only a modelled choice is calibrated
         self.explore_shape = None
         if not self.budget.auto:
@@ -115,7 +120,8 @@ class TreePolicy:
             # all made every draft prefill its prompt first (HTTP, 8 streams: one 4.5 s round)
             self.last_reason = "default until measured"
             if batch > 1:
-                self.explore_shape = (AUTO_DEFAULT_SIZE, self.max_depth)
+                if remaining >= EXPLORE_MIN_REMAINING:
+                    self.explore_shape = (AUTO_DEFAULT_SIZE, self.max_depth)
                 return 0, 0
             return AUTO_DEFAULT_SIZE, self.max_depth
         if self.rounds % self.explore_every() == 1 and remaining >= EXPLORE_MIN_REMAINING:

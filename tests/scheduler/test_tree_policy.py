@@ -85,8 +85,11 @@ class TestTreePolicy:
         for _ in range(5):
             p.observe_round(True, 4, 500.0, draft_ms=3 * curve_ms)
         assert p.draft_cost.factor(1, d) == pytest.approx(3.0)
-        assert p._modelled_best(1)[0][1] < depth
-        p.choose(1, backlog=500, remaining=1000)
+        p.calibration.sums.clear()  # those rounds also calibrated the rate: judge the cost correction alone
+        best = p._modelled_best(1)[0]
+        assert best != (0, 0) and best[1] < depth
+        p.rounds = 1  # a modelled round (no explore, no plain probe)
+        assert p.choose(1, backlog=500, remaining=1000) != (0, 0) and p.last_reason.startswith("max expected")
         assert p.draft_modelled is None
 
     def test_draft_catch_up_is_spread_over_the_tokens_left(self):
@@ -304,9 +307,11 @@ class TestColdStart:
 
     def test_a_cold_batch_measures_acceptance_on_one_sequence(self):
         """Before any tree was verified, a batch of several sequences decodes plainly while one of them
-        drafts the default tree (``explore_shape``), so the drafts of the others need not prefill first."""
+        drafts the default tree (``explore_shape``), so the drafts of the others need not prefill first;
+        a cold batch about to finish does not probe at all."""
         p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
         p.set_costs(CostCurve(((1, 10.0), (256, 20.0))), CostCurve(((1, 1.0), (256, 2.0))))
         assert p.choose(8) == (0, 0)
         assert p.explore_shape == (AUTO_DEFAULT_SIZE, 12)
         assert p.choose(1) == (AUTO_DEFAULT_SIZE, 12) and p.explore_shape is None
+        assert p.choose(8, remaining=EXPLORE_MIN_REMAINING - 1) == (0, 0) and p.explore_shape is None
