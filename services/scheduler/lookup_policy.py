@@ -86,6 +86,7 @@ class CostCorrection:
 
     def __init__(self) -> None:
         self.ratios: dict[tuple[int, int], list[float]] = {}  # bucket -> [sum of ratios, weight]
+        self._factors: dict[tuple[int, int], float] = {}  # factor() per bucket until the next observe
 
     def observe(self, curve_ms: float, batch: int, rows: int, ms: float) -> None:
         """One pass: ``rows`` (tokens or levels) of ``batch`` sequences took ``ms`` (curve: ``curve_ms``)."""
@@ -94,6 +95,7 @@ class CostCorrection:
         key = (_pow2(batch), _pow2(rows))
         s, w = self.ratios.get(key, (0.0, 0.0))
         self.ratios[key] = [s * COST_DECAY + ms / curve_ms, w * COST_DECAY + 1]
+        self._factors.clear()
 
     def factor(self, batch: int, rows: int) -> float:
         """Measured / curve ms in this bucket, else in the same batch bucket's largest measured
@@ -103,13 +105,19 @@ class CostCorrection:
         ratio grows with the batch too: the curve is one sequence's; at 8 streams a first round
         priced by the bare curve bet the whole batch on trees that measured 2.6x slower than
         plain); 1.0 when no smaller batch has ``MIN_COST_WEIGHT`` rounds."""
-        r = _pow2(rows)
-        buckets = {k[0] for k, (_, w) in self.ratios.items() if w >= MIN_COST_WEIGHT and k[0] <= _pow2(batch)}
+        key = (_pow2(batch), _pow2(rows))
+        if key not in self._factors:  # the policy asks for ~100 shapes per round: look up once
+            self._factors[key] = self._lookup(*key)
+        return self._factors[key]
+
+    def _lookup(self, batch_bucket: int, rows_bucket: int) -> float:
+        """``factor`` for power-of-two buckets, from the measured ratios."""
+        buckets = {k[0] for k, (_, w) in self.ratios.items() if w >= MIN_COST_WEIGHT and k[0] <= batch_bucket}
         if not buckets:
             return 1.0
         b = max(buckets)
         measured = sorted(k[1] for k, (_, w) in self.ratios.items() if k[0] == b and w >= MIN_COST_WEIGHT)
-        below = [m for m in measured if m <= r]
+        below = [m for m in measured if m <= rows_bucket]
         s, w = self.ratios[(b, below[-1] if below else measured[0])]
         return s / w
 
