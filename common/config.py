@@ -45,6 +45,9 @@ class Config:
     # Draft a tree in a sequence's first round too. Off (default): the first token comes from the
     # main model's prefill alone, so the draft's prefill is not in the time to first token.
     speculate_first_token: bool = False
+    # The draft model sees a long prompt's first 32 tokens and its last draft_context_window ones
+    # (StreamingLLM layout), so its prefill stays short; 0 = the whole prompt. Lossless either way.
+    draft_context_window: int = 256
     kernel_probe: bool = True  # time matmul kernels on the loaded weights at start, use the fastest (CPU)
     prompt_lookup: bool = True  # prompt-lookup (n-gram) candidates join the draft tree (common/lookup.py)
     prompt_lookup_max_ngram: int = 4  # longest suffix n-gram searched for in the sequence
@@ -106,6 +109,7 @@ def _validate(cfg: Config) -> None:
         "max_running": cfg.max_running >= 1,
         "max_queue": cfg.max_queue >= 0,
         "max_model_len": cfg.max_model_len >= 16,
+        "draft_context_window": cfg.draft_context_window >= 0,
         "kv_memory_fraction": 0.05 <= cfg.kv_memory_fraction <= 0.95,
         "prefix_cache_block_size": 1 <= cfg.prefix_cache_block_size <= 1024,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),

@@ -68,6 +68,7 @@ class Suite:
                                    "draft": self.costs[1].points} if self.costs else None,
                 "draft_quantization": self.cfg.draft_quantization, "main_quantization": self.cfg.main_quantization,
                 "draft_vocab_size": self.cfg.draft_vocab_size, "max_new_tokens": self.max_new,
+                "draft_context_window": self.cfg.draft_context_window,
                 "prompts": len(self.prompts), "torch_threads": torch.get_num_threads(),
                 "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 

@@ -14,6 +14,21 @@ from dataclasses import dataclass, field
 from common import wire
 from common.wire import FinishReason
 
+DRAFT_SINK_TOKENS = 32  # leading prompt tokens the draft always sees (chat header, system prompt start)
+
+
+def draft_gap(prompt_len: int, window: int) -> tuple[int, int]:
+    """The prompt positions ``[a, b)`` hidden from the draft model, (0, 0) for none.
+
+    ``window`` (tokens, config ``draft_context_window``; 0 = off): the draft sees the first
+    ``DRAFT_SINK_TOKENS`` prompt tokens and the last ``window`` ones, numbered contiguously,
+    so its catch-up prefill of a long prompt costs at most ``DRAFT_SINK_TOKENS + window``
+    tokens. The attention-sink layout of StreamingLLM (Xiao et al. 2023, arXiv 2309.17453,
+    §3.2, positions assigned within the cache). Lossless: the draft only proposes tokens;
+    the main model, which verifies them, sees every token."""
+    if window <= 0 or prompt_len <= DRAFT_SINK_TOKENS + window:
+        return 0, 0
+    return DRAFT_SINK_TOKENS, prompt_len - window
 
 
 @dataclass
@@ -62,10 +77,33 @@ class Sequence:
     verifier: Placement = field(default_factory=Placement)
     finish: FinishReason | None = None
     verify_steps: int = 0  # verification steps that committed tokens (MAL = output / verify_steps)
+    draft_hidden: tuple[int, int] = (0, 0)  # prompt positions [a, b) the draft does not see (draft_gap())
 
     @property
     def tokens(self) -> list[int]:
         return self.prompt + self.output
+
+    def draft_len(self, upto: int) -> int:
+        """How many tokens the draft's view has of the sequence's first ``upto`` tokens."""
+        a, b = self.draft_hidden
+        return min(upto, a) + max(0, upto - b)
+
+    def draft_backlog(self) -> int:
+        """Tokens the draft model must still prefill to be level with the sequence (tokens)."""
+        return self.draft_len(len(self.tokens)) - self.draft_len(self.draft.held)
+
+    def draft_view(self, start: int, upto: int | None = None) -> tuple[int, list[int]]:
+        """(prefix_len, tokens) of a draft step resending the sequence from position ``start``
+        up to ``upto`` (default: all), in the draft's numbering: the gap's tokens are skipped
+        and positions past it shift down. A ``start`` inside the gap resends from its start."""
+        a, b = self.draft_hidden
+        toks = self.tokens[:upto]
+        if b == a:
+            return start, toks[start:]
+        if start >= b:
+            return start - (b - a), toks[start:]
+        start = min(start, a)
+        return start, toks[start:a] + toks[b:]
 
     def placement(self, role: wire.Role) -> Placement:
         """The sequence's placement on its ``role`` worker (draft or verifier)."""
@@ -139,8 +177,8 @@ class SchedulerCore:
         already holds every token (the verifier lost the last round), the last one is re-sent
         at ``prefix_len - 1`` and the worker rolls its KV back by one."""
         toks = seq.tokens
-        start = min(seq.draft.held, len(toks) - 1)
-        entry = wire.DraftSeq(seq_id=seq.request_id, prefix_len=start, new_tokens=toks[start:], tree_size=tree_size,
+        prefix_len, new = seq.draft_view(min(seq.draft.held, len(toks) - 1))
+        entry = wire.DraftSeq(seq_id=seq.request_id, prefix_len=prefix_len, new_tokens=new, tree_size=tree_size,
                               max_depth=max_depth, temperature=seq.params.temperature, top_p=seq.params.top_p,
                               top_k=seq.params.top_k, grammar=seq.params.grammar,
                               output=seq.output if seq.params.grammar else [])

@@ -136,10 +136,10 @@ class Lookahead:
         if len(tree) == 0 or worker is None:
             return None
         toks, path = seq.tokens, guess_path(tree)
-        start = min(seq.draft.held, len(toks) - (not path))  # the draft needs >= 1 new token
+        prefix_len, new = seq.draft_view(min(seq.draft.held, len(toks) - (not path)))  # >= 1 new token
         p = seq.params
         size, depth = budget.guess_shape(*shape)
-        entry = wire.DraftSeq(seq_id=seq.request_id, prefix_len=start, new_tokens=toks[start:] + path,
+        entry = wire.DraftSeq(seq_id=seq.request_id, prefix_len=prefix_len, new_tokens=new + path,
                               tree_size=size, max_depth=depth, temperature=p.temperature, top_p=p.top_p,
                               top_k=p.top_k, grammar=p.grammar,
                               output=seq.output + path if p.grammar else [])

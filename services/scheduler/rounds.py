@@ -16,18 +16,17 @@ from dataclasses import dataclass, field
 from common import wire
 from common.config import Config
 from common.logging import round_event
-from common.prefix_hash import block_keys
 from common.tree import TokenTree
 from services.scheduler import candidates
-from services.scheduler.core import AdmissionError, SchedulerCore, Sequence
+from services.scheduler.core import AdmissionError, SchedulerCore, Sequence, draft_gap
 from services.scheduler.overlap import Lookahead, overlap_pays
+from services.scheduler.placement import Out, Placer
 from services.scheduler.tree_policy import TreePolicy
 from services.scheduler.workers import Worker, WorkerRegistry
 
 EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
 MAX_VERIFY_LOSSES = 3  # consecutive rounds a verifier may report a sequence lost before it errors
 VERIFIER_WAIT_FACTOR = 6  # with no verifier, requests wait this many heartbeat timeouts, then fail
-Out = tuple[bytes, wire.Message]
 
 
 @dataclass
@@ -60,6 +59,7 @@ class RoundDriver:
     def __init__(self, core: SchedulerCore, workers: WorkerRegistry, cfg: Config, log,
                  step_timeout_s: float, policy: TreePolicy | None = None) -> None:
         self.core, self.workers, self.cfg, self.log = core, workers, cfg, log
+        self.placer = Placer(workers, cfg)
         self.step_timeout_s = step_timeout_s
         self.owners: dict[str, bytes] = {}  # request id -> gateway identity
         self.losses: dict[str, int] = {}
@@ -94,11 +94,13 @@ class RoundDriver:
             return [(gateway, wire.Rejected(request_id=msg.request_id, status=503,
                                             reason="no draft/verifier worker is ready"))]
         try:
-            self.core.submit(msg)
+            seq = self.core.submit(msg)
         except AdmissionError as exc:
             return [(gateway, wire.Rejected(request_id=msg.request_id, status=exc.status, reason=exc.reason))]
+        seq.draft_hidden = draft_gap(len(seq.prompt), self.cfg.draft_context_window)
         self.owners[msg.request_id] = gateway
-        self.log.info("submitted", request_id=msg.request_id, prompt_tokens=len(msg.prompt))
+        self.log.info("submitted", request_id=msg.request_id, prompt_tokens=len(msg.prompt),
+                      draft_prompt_tokens=seq.draft_len(len(seq.prompt)))
         return []
 
     def abort(self, request_id: str) -> list[Out]:
@@ -110,39 +112,10 @@ class RoundDriver:
         return self._release(seq) + self._final(seq, wire.FinishReason.ABORT)
 
     # ---- placement ----------------------------------------------------------------------
-    def _unplace(self, seq: Sequence, role: wire.Role) -> list[Out]:
-        """Forget ``seq``'s KV on its ``role`` worker; tell that worker to free it."""
-        placement = seq.placement(role)
-        w = self.workers.get(placement.worker)
-        held = min(placement.held, len(seq.tokens))
-        placement.lost()
-        if w is None:
-            return []
-        w.seqs.discard(seq.request_id)
-        w.prefix.add(self._keys(seq.tokens[:held]))  # the worker retains the blocks it held
-        return [(w.identity, wire.Free(seq_ids=[seq.request_id]))]
-
-    def _keys(self, tokens: list[int]) -> list[int]:
-        """Prefix-cache block keys of ``tokens`` (none when the cache is off)."""
-        return block_keys(tokens, self.cfg.prefix_cache_block_size) if self.cfg.prefix_cache else []
-
     def _release(self, seq: Sequence) -> list[Out]:
         self.losses.pop(seq.request_id, None)
         self.ahead.discard(seq.request_id)
-        return self._unplace(seq, wire.Role.DRAFT) + self._unplace(seq, wire.Role.VERIFIER)
-
-    def _place(self, seq: Sequence, role: wire.Role) -> Worker | None:
-        placement = seq.placement(role)
-        w = self.workers.get(placement.worker)
-        if w is None:
-            keys = self._keys(seq.tokens)
-            w = self.workers.pick(role, keys)
-            if w is None:
-                return None
-            placement.place(w.key)
-            w.seqs.add(seq.request_id)
-            w.prefix.add(keys)
-        return w
+        return self.placer.unplace(seq, wire.Role.DRAFT) + self.placer.unplace(seq, wire.Role.VERIFIER)
 
     def _final(self, seq: Sequence, reason: wire.FinishReason, error: str | None = None) -> list[Out]:
         gw = self.owners.pop(seq.request_id, None)
@@ -172,7 +145,7 @@ class RoundDriver:
             return self._fail_all(f"no verifier replica for {wait_s:.0f} s") if now - self.no_verifier_since > wait_s else []
         self.no_verifier_since = None
         self.core.admit(self.workers.capacity(wire.Role.VERIFIER))
-        seqs = [s for s in self.core.running.values() if self._place(s, wire.Role.VERIFIER)]
+        seqs = [s for s in self.core.running.values() if self.placer.place(s, wire.Role.VERIFIER)]
         if not seqs:
             return []
         size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs))
@@ -192,7 +165,7 @@ class RoundDriver:
         groups: dict[str, list[wire.DraftSeq]] = {}
         for s in seqs:
             shape = shapes.get(s.request_id, (0, 0))
-            w = self._place(s, wire.Role.DRAFT) if shape[0] > 0 else None
+            w = self.placer.place(s, wire.Role.DRAFT) if shape[0] > 0 else None
             if w is not None:
                 groups.setdefault(w.key, []).append(self.core.draft_seq(s, *shape))
         out = []
@@ -210,7 +183,7 @@ class RoundDriver:
         shapes = {s.request_id: shape for s in wanted}
         explore = self.policy.explore_shape
         if explore is not None and wanted:
-            shapes[min(wanted, key=lambda s: len(s.tokens) - s.draft.held).request_id] = explore
+            shapes[min(wanted, key=lambda s: s.draft_backlog()).request_id] = explore
         return shapes
 
     def _catch_up(self, seqs: list[Sequence]) -> tuple[int, float]:
@@ -220,7 +193,7 @@ class RoundDriver:
         if not spec:
             return 0, float("inf")
         per_round = self.policy.max_depth + 1
-        backlog = sum(max(0, len(s.tokens) - s.draft.held - per_round) for s in spec)
+        backlog = sum(max(0, s.draft_backlog() - per_round) for s in spec)
         return backlog, sum(max(0, s.params.max_tokens - len(s.output)) for s in spec) / len(spec)
 
     def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
@@ -248,7 +221,7 @@ class RoundDriver:
             if sid in replies:
                 into[sid] = replies[sid]
             elif seq is not None:
-                out += self._unplace(seq, phase)
+                out += self.placer.unplace(seq, phase)
                 out += self._count_loss(seq) if phase == wire.Role.VERIFIER else []
         return out
 
@@ -296,7 +269,7 @@ class RoundDriver:
         for sid in self.ahead.on_result(key, res):
             seq = self.core.running.get(sid)
             if seq is not None:
-                out += self._unplace(seq, wire.Role.DRAFT)
+                out += self.placer.unplace(seq, wire.Role.DRAFT)
         return out
 
     def on_verify(self, identity: bytes, res: wire.VerifyResult, now: float) -> list[Out]:
@@ -379,7 +352,7 @@ class RoundDriver:
         for sid in list(w.seqs):
             seq = self.core.running.get(sid)
             if seq is not None:
-                out += self._unplace(seq, w.role)
+                out += self.placer.unplace(seq, w.role)
         w.seqs.clear()
         rnd = self.current
         if rnd is not None and rnd.pending.pop(w.key, None) is not None and not rnd.pending:

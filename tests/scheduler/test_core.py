@@ -5,7 +5,7 @@ import pytest
 from common import wire
 from common.tree import TokenTree
 from common.wire import FinishReason
-from services.scheduler.core import AdmissionError, Placement, SchedulerCore
+from services.scheduler.core import DRAFT_SINK_TOKENS, AdmissionError, Placement, SchedulerCore, draft_gap
 
 EOS = 99
 TREE_TOKENS = [5, 6, 7, 8]  # a chain: node i is the child of node i - 1
@@ -193,3 +193,52 @@ class TestPlacement:
         assert seq.verifier.held == 6
         v = core.verify_seq(seq, TREE)
         assert (v.prefix_len, v.new_tokens) == (6, [42])
+
+
+class TestDraftContextWindow:
+    def test_gap_only_for_prompts_longer_than_sink_plus_window(self):
+        """A prompt that fits in sink + window is seen whole; a longer one hides its middle."""
+        assert draft_gap(DRAFT_SINK_TOKENS + 100, 100) == (0, 0)
+        assert draft_gap(DRAFT_SINK_TOKENS + 101, 100) == (DRAFT_SINK_TOKENS, DRAFT_SINK_TOKENS + 1)
+        assert draft_gap(5000, 0) == (0, 0)  # window 0: off
+
+    def test_draft_entries_skip_the_gap_and_shift_positions(self):
+        """The first draft entry carries sink + tail of the prompt; later entries number the
+        new tokens in the draft's shorter coordinates, and the backlog counts view tokens."""
+        core = _core(max_model_len=200)
+        prompt = list(range(1, 101))
+        seq = _running(core, prompt=prompt, max_tokens=10)
+        seq.draft_hidden = (4, 90)  # the draft sees prompt[:4] + prompt[90:]
+        assert seq.draft_backlog() == 14
+        d = core.draft_seq(seq, 16, 4)
+        assert (d.prefix_len, d.new_tokens) == (0, prompt[:4] + prompt[90:])
+        assert seq.draft_backlog() == 0
+        _commit(core, seq, TREE_TOKENS, [0, 1], 42)
+        assert seq.draft_backlog() == 3
+        d = core.draft_seq(seq, 16, 4)
+        assert (d.prefix_len, d.new_tokens) == (14, [5, 6, 42])
+        v = core.verify_seq(seq, TREE)
+        assert (v.prefix_len, v.new_tokens) == (102, [42])  # the verifier sees every token
+
+    def test_a_lost_draft_resends_the_view_from_the_start(self):
+        """After the draft lost its KV, the next entry re-prefills the whole view (sink + tail +
+        output), not the hidden middle."""
+        core = _core(max_model_len=200)
+        prompt = list(range(1, 101))
+        seq = _running(core, prompt=prompt, max_tokens=10)
+        seq.draft_hidden = (4, 90)
+        core.draft_seq(seq, 16, 4)
+        _commit(core, seq, TREE_TOKENS, [0], 42)
+        seq.draft.lost()
+        d = core.draft_seq(seq, 16, 4)
+        assert (d.prefix_len, d.new_tokens) == (0, prompt[:4] + prompt[90:] + [5, 42])
+
+    def test_the_verifier_loss_resend_is_numbered_in_the_draft_view(self):
+        """When the draft already holds every token, the last token is re-sent one position
+        earlier in the draft's (shorter) numbering."""
+        core = _core(max_model_len=200)
+        seq = _running(core, prompt=list(range(1, 101)), max_tokens=10)
+        seq.draft_hidden = (4, 90)
+        core.draft_seq(seq, 16, 4)
+        d = core.draft_seq(seq, 16, 4)
+        assert (d.prefix_len, d.new_tokens) == (13, [100])

@@ -14,7 +14,7 @@ from common import wire
 from common.config import Config
 from common.tree import ROOT, TokenTree
 from services.draft.runner import DraftRunner
-from services.scheduler.core import SchedulerCore
+from services.scheduler.core import DRAFT_SINK_TOKENS, SchedulerCore
 from services.scheduler.overlap import common_prefix, descend, guess_path, overlap_pays, subtree_below, top_path
 from services.scheduler.rounds import RoundDriver
 from services.scheduler.workers import WorkerRegistry
@@ -87,10 +87,11 @@ class Harness:
     """A RoundDriver wired to a draft and a verifier runner; ``run`` delivers messages from
     per-worker FIFO queues picked at random, and results straight back to the driver."""
 
-    def __init__(self, main, draft, overlap: str, seed: int, tree_size: int = 16, first: bool = True) -> None:
+    def __init__(self, main, draft, overlap: str, seed: int, tree_size: int = 16, first: bool = True,
+                 window: int = 0) -> None:
         # ``first``: draft in the first round too, so every round exercises the draft path.
         cfg = Config(tree_size=tree_size, max_accept_length=5, overlap=overlap, max_model_len=160,
-                     speculate_first_token=first)
+                     speculate_first_token=first, draft_context_window=window)
         self.core = SchedulerCore(4, 16, 160, {EOS})
         reg = WorkerRegistry(1e9)
         reg.hello(DRAFT, wire.Hello(role=wire.Role.DRAFT, replica="0", pid=1, slots_total=4, max_len=256,
@@ -103,6 +104,7 @@ class Harness:
         self.rng = random.Random(seed)
         self.out: dict[str, list[int]] = {}
         self.draft_steps = {"normal": 0, "guess": 0}
+        self.draft_prefills: dict[str, int] = {}  # request id -> tokens of its longest draft prefill from 0
 
     def route(self, outs) -> None:
         for identity, msg in outs:
@@ -117,6 +119,9 @@ class Harness:
             runner.free(msg.seq_ids)
         elif isinstance(msg, wire.DraftStep):
             self.draft_steps["guess" if msg.guess else "normal"] += 1
+            for e in msg.seqs:
+                if e.prefix_len == 0:
+                    self.draft_prefills[e.seq_id] = max(self.draft_prefills.get(e.seq_id, 0), len(e.new_tokens))
             self.route(self.driver.on_draft(identity, runner.step(msg), 0.0))
         else:
             self.route(self.driver.on_verify(identity, runner.step(msg), 0.0))
@@ -221,6 +226,24 @@ class TestOverlapRounds:
             h.deliver(next(k for k, q in h.queues.items() if q))
             h.route(h.driver.start(0.0))
         assert h.slots_used() == {DRAFT: 0, VERIFIER: 0} and not h.driver.ahead.guesses
+
+
+class TestDraftContextWindow:
+    LONG = {"d": (list(range(400, 460)), wire.SamplingParams(max_tokens=20, ignore_eos=True)),
+            "b": (PROMPTS["b"], wire.SamplingParams(max_tokens=12, ignore_eos=True))}
+
+    @pytest.mark.parametrize("overlap", ["off", "on"])
+    def test_a_windowed_draft_is_lossless_and_prefills_only_sink_plus_window(self, tiny_main, tiny_noisy_draft,
+                                                                            overlap):
+        """A draft that sees only the prompt's first DRAFT_SINK_TOKENS and last 8 tokens
+        prefills exactly that many, a 3-token prompt is seen whole, the greedy output equals
+        a full-context draft's, and every KV slot is free at the end."""
+        full = Harness(tiny_main, tiny_noisy_draft, overlap, 0).run(self.LONG)
+        h = Harness(tiny_main, tiny_noisy_draft, overlap, 0, window=8)
+        assert h.run(self.LONG) == full
+        assert h.draft_prefills["d"] == DRAFT_SINK_TOKENS + 8
+        assert h.draft_prefills["b"] == 3  # a short prompt is seen whole
+        assert h.slots_used() == {DRAFT: 0, VERIFIER: 0}
 
 
 class TestDeadlines:

@@ -9,7 +9,8 @@ import numpy as np
 
 from common import wire
 from common.config import Config
-from services.scheduler.core import SchedulerCore
+from common.prefix_hash import block_keys
+from services.scheduler.core import DRAFT_SINK_TOKENS, SchedulerCore
 from services.scheduler.rounds import VERIFIER_WAIT_FACTOR, RoundDriver
 from services.scheduler.workers import WorkerRegistry
 
@@ -177,6 +178,41 @@ class TestCatchUp:
         drv.start(0.0)
         per_round = drv.policy.max_depth + 1
         assert seen == [(2, max(0, 31 - per_round) + max(0, 4 - per_round), 99.0)]
+
+    def test_a_long_prompt_reaches_the_draft_as_sink_plus_window(self):
+        """With ``draft_context_window`` set, the draft's catch-up step carries the prompt's first
+        DRAFT_SINK_TOKENS and last window tokens (the backlog the policy prices counts only those),
+        while the verifier got the whole prompt."""
+        drv = driver(draft=True)
+        drv.cfg = dataclasses.replace(drv.cfg, draft_context_window=10)
+        prompt = list(range(1, 61))
+        drv.submit(GW, wire.Submit(request_id="a", prompt=prompt, params=msgspec.structs.replace(PARAMS, max_tokens=100)))
+        (_, step), = drv.start(0.0)
+        assert step.seqs[0].new_tokens == prompt
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        seen, choose = [], drv.policy.choose
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: seen.append(backlog) or choose(batch, backlog, remaining)
+        (ident, draft), = drv.start(0.0)
+        view = prompt[:DRAFT_SINK_TOKENS] + prompt[-10:] + [7]
+        assert ident == DRAFT and (draft.seqs[0].prefix_len, draft.seqs[0].new_tokens) == (0, view)
+        assert seen == [max(0, len(view) - drv.policy.max_depth - 1)]
+
+    def test_a_freed_windowed_draft_is_remembered_by_its_view_blocks(self):
+        """Cache-aware placement records, for the draft worker, the prefix-cache blocks of what it
+        held (sink + window + output), not the blocks of the whole sequence."""
+        drv = driver(draft=True)
+        drv.cfg = dataclasses.replace(drv.cfg, draft_context_window=16)
+        prompt = list(range(1, 81))
+        drv.submit(GW, wire.Submit(request_id="a", prompt=prompt, params=msgspec.structs.replace(PARAMS, max_tokens=50)))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: (4, 2)
+        (ident, _), = drv.start(0.0)
+        drv.abort("a")
+        index, size = drv.workers.get(DRAFT.hex()).prefix, drv.cfg.prefix_cache_block_size
+        view = prompt[:DRAFT_SINK_TOKENS] + prompt[-16:] + [7]
+        assert ident == DRAFT and index.match(block_keys(view, size)) == len(view) // size
+        assert index.match(block_keys(prompt + [7], size)) == DRAFT_SINK_TOKENS // size  # only the sink is shared
 
 
 def one_node_tree() -> wire.Tree:

@@ -68,14 +68,14 @@ class TestDriverRecordsPlacement:
             reg.of_identity(A).seqs.add("busy")  # turn 1 lands on b
             turn1 = driver.core.submit(wire.Submit(request_id="t1", prompt=SYSTEM,
                                                        params=wire.SamplingParams(max_tokens=8)))
-            assert driver._place(turn1, wire.Role.VERIFIER).identity == B
+            assert driver.placer.place(turn1, wire.Role.VERIFIER).identity == B
             turn1.output = list(range(20))
             turn1.placement(wire.Role.VERIFIER).accepted(len(SYSTEM) + 19)
             driver._release(turn1)
             reg.of_identity(A).seqs.clear()
             turn2 = driver.core.submit(wire.Submit(request_id="t2", prompt=SYSTEM + list(range(20)) + [5, 6],
                                                        params=wire.SamplingParams()))
-            assert driver._place(turn2, wire.Role.VERIFIER).identity == expected
+            assert driver.placer.place(turn2, wire.Role.VERIFIER).identity == expected
 
 
 
