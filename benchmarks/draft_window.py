@@ -8,10 +8,14 @@ the order rotating from prompt to prompt so machine noise hits all alike. The pr
 Spec-Bench's long-prompt categories (RAG ~750 tokens, summarization ~700), taken
 ``--stride`` apart so they are not only the first few a benchmark usually samples.
 Reports end-to-end tokens/s (time to first token included) per engine and category and
-whether every speculative output equals plain greedy decoding.
+whether every speculative output equals plain greedy decoding. ``--shared-system N``
+instead sends N requests, in order, that share one ~750-token system prompt: the case
+where a draft that skipped the prompt's middle could not reuse its prefix cache.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/draft_window.py --per-category 6 \
         --windows 128,256,512 --max-new-tokens 128 --json benchmarks/results/draft_window.json
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/draft_window.py --shared-system 8 --windows 256 \
+        --max-new-tokens 64 --json benchmarks/results/draft_window_shared.json
 """
 
 from __future__ import annotations
@@ -37,6 +41,20 @@ def pick_prompts(categories: list[str], per_category: int, stride: int, offset: 
     from treespec.bench_data import load_prompts
     rows = load_prompts("spec_bench", 10_000)
     return [p for c in categories for p in [q for q in rows if q.category == c][offset::stride][:per_category]]
+
+
+def shared_system_prompts(tok, n: int) -> list[tuple[str, str, list[int]]]:
+    """(id, category, token ids) of ``n`` chat requests sharing one long system prompt (the
+    first Spec-Bench RAG prompt, ~750 tokens) with different short questions (Spec-Bench QA)."""
+    from treespec.bench_data import load_prompts
+    rows = load_prompts("spec_bench", 10_000)
+    system = next(p.text for p in rows if p.category == "rag")
+    out = []
+    for q in [p for p in rows if p.category == "qa"][:n]:
+        text = tok.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q.text}],
+                                       tokenize=False, add_generation_prompt=True)
+        out.append((q.id, "shared_system", tok(text, add_special_tokens=False)["input_ids"]))
+    return out
 
 
 def summarise(records: list[dict], names: list[str]) -> dict:
@@ -70,6 +88,25 @@ def build_engines(windows: list[int]) -> tuple[dict, object]:
     return engines, tok
 
 
+def run_prompt(engines: dict, i: int, pid: str, category: str, ids: list[int], max_new: int) -> dict:
+    """One prompt on every engine (order rotated by ``i``): tokens, seconds and TTFT (s) per
+    engine; bf16 divergences from plain classified by plain's logit gap (``divergence``)."""
+    from treespec.bench_run import divergence, run_one
+    names = list(engines)
+    rec = {"id": pid, "category": category, "prompt_tokens": len(ids)}
+    order = names[i % len(names):] + names[:i % len(names)]
+    runs = {n: run_one(engines[n], f"{n}-{i}", ids, max_new, False) for n in order}
+    rec |= {n: {"seconds": r.seconds, "ttft_s": r.ttft, "tokens": r.tokens} for n, r in runs.items()}
+    rec["identical"] = all(r.tokens == runs["plain"].tokens for r in runs.values())
+    if not rec["identical"]:  # untimed plain re-run for its logit gaps: bf16 ties vs real divergences
+        runs["plain"].gaps = run_one(engines["plain"], f"gaps-{i}", ids, max_new, True).gaps
+        dtype = engines["plain"].driver.cfg.dtype
+        rec["divergence"] = {n: divergence(runs["plain"], r, dtype) for n, r in runs.items()}
+    print(json.dumps({"id": pid, "category": category, "prompt_tokens": len(ids),
+                      **{n: round(len(rec[n]["tokens"]) / rec[n]["seconds"], 2) for n in names}}), flush=True)
+    return rec
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--categories", default="rag,summarization")
@@ -78,28 +115,22 @@ def main() -> int:
     ap.add_argument("--offset", type=int, default=0, help="first prompt index within each category")
     ap.add_argument("--windows", default="128,256,512", help="draft_context_window values besides 0 (full)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--shared-system", type=int, default=0,
+                    help="instead: this many requests sharing one long system prompt, in order")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
 
-    from treespec.bench_run import divergence, run_one
     from treespec.generate import encode_prompt
 
     engines, tok = build_engines([0] + [int(w) for w in args.windows.split(",") if w])
     names = list(engines)
-    records = []
-    for i, p in enumerate(pick_prompts(args.categories.split(","), args.per_category, args.stride, args.offset)):
-        ids = encode_prompt(tok, p.text, p.chat)
-        rec = {"id": p.id, "category": p.category, "prompt_tokens": len(ids)}
-        runs = {n: run_one(engines[n], f"{n}-{i}", ids, args.max_new_tokens, False)
-                for n in names[i % len(names):] + names[: i % len(names)]}
-        rec |= {n: {"seconds": r.seconds, "ttft_s": r.ttft, "tokens": r.tokens} for n, r in runs.items()}
-        rec["identical"] = all(r.tokens == runs["plain"].tokens for r in runs.values())
-        if not rec["identical"]:  # untimed plain re-run for its logit gaps: bf16 ties vs real divergences
-            runs["plain"].gaps = run_one(engines["plain"], f"gaps-{i}", ids, args.max_new_tokens, True).gaps
-            rec["divergence"] = {n: divergence(runs["plain"], r, engines["plain"].driver.cfg.dtype) for n, r in runs.items()}
-        records.append(rec)
-        print(json.dumps({"id": p.id, "category": p.category, "prompt_tokens": len(ids),
-                          **{n: round(len(rec[n]["tokens"]) / rec[n]["seconds"], 2) for n in names}}), flush=True)
+    if args.shared_system:
+        prompts = shared_system_prompts(tok, args.shared_system)
+    else:
+        prompts = [(p.id, p.category, encode_prompt(tok, p.text, p.chat)) for p in
+                   pick_prompts(args.categories.split(","), args.per_category, args.stride, args.offset)]
+    records = [run_prompt(engines, i, pid, category, ids, args.max_new_tokens)
+               for i, (pid, category, ids) in enumerate(prompts)]
     result = {"command": "PYTHONPATH=$PWD .venv/bin/python benchmarks/draft_window.py " + " ".join(
                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
               "cpu_model": cpu_model(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
