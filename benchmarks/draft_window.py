@@ -23,16 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
-
-
-def cpu_model() -> str:
-    """The ``lscpu`` model name (the figures differ by host)."""
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
 
 
 def pick_prompts(categories: list[str], per_category: int, stride: int, offset: int):
@@ -120,6 +113,7 @@ def main() -> int:
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
 
+    from treespec.bench_llamacpp import cpu_model
     from treespec.generate import encode_prompt
 
     engines, tok = build_engines([0] + [int(w) for w in args.windows.split(",") if w])

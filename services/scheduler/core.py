@@ -90,16 +90,14 @@ class Sequence:
 
     def draft_backlog(self) -> int:
         """Tokens the draft model must still prefill to be level with the sequence (tokens)."""
-        return self.draft_len(len(self.tokens)) - self.draft_len(self.draft.held)
+        return self.draft_len(len(self.prompt) + len(self.output)) - self.draft_len(self.draft.held)
 
     def draft_view(self, start: int, upto: int | None = None) -> tuple[int, list[int]]:
         """(prefix_len, tokens) of a draft step resending the sequence from position ``start``
         up to ``upto`` (default: all), in the draft's numbering: the gap's tokens are skipped
         and positions past it shift down. A ``start`` inside the gap resends from its start."""
-        a, b = self.draft_hidden
-        toks = self.tokens[:upto]
-        if b == a:
-            return start, toks[start:]
+        a, b = self.draft_hidden  # (0, 0) when nothing is hidden: the first branch
+        toks = self.tokens if upto is None else self.tokens[:upto]
         if start >= b:
             return start - (b - a), toks[start:]
         start = min(start, a)
