@@ -44,16 +44,42 @@ fetch_source() {
   rm -rf "$SRC" && mv "$tmp" "$SRC"
 }
 
+# AMX usable? Some VMs advertise amx_tile/amx_bf16/amx_int8 in CPUID while the kernel leaves AMX tile data
+# (XSAVE feature 18) out of what a process may enable; `-march=native` then compiles ggml's AMX kernels and the
+# first `ldtilecfg` dies with a general-protection fault (seen on an Intel Xeon VM, 2026-12-02). Prints
+# "on" or "off"; off also on CPUs without AMX (nothing changes for them: native has no AMX to drop).
+amx_mode() {
+  python3 - <<'PY'
+import ctypes, platform
+try:
+    bits = ctypes.c_ulong(0)  # arch_prctl(ARCH_GET_XCOMP_SUPP): XSAVE features the kernel lets a process use
+    ok = platform.machine() == "x86_64" and ctypes.CDLL(None).syscall(158, 0x1022, ctypes.byref(bits)) == 0
+    print("on" if ok and bits.value >> 18 & 1 else "off")
+except OSError:
+    print("off")
+PY
+}
+
 build() {
+  local amx flags=()
+  amx="$(amx_mode)"
+  # A build made under the other AMX mode, or before this stamp existed, is rebuilt (cmake reconfigures).
+  [ "$(cat "$BUILD/AMX" 2>/dev/null)" = "$amx" ] || rm -f "${TARGETS[@]/#/$BIN/}"
+  if [ "$amx" = off ]; then
+    flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+  else
+    flags=(-DCMAKE_C_FLAGS= -DCMAKE_CXX_FLAGS=)
+  fi
   if ! have_all; then
-    nice -n 19 cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" -G "Unix Makefiles" \
+    nice -n 19 cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" -G "Unix Makefiles" "${flags[@]}" \
       -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >&2
     nice -n 19 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >&2
     have_all || { echo "llamacpp.sh: build finished but a binary is missing in $BIN" >&2; exit 1; }
   fi
   # Read by python -m treespec.bench_llamacpp into its result JSON.
-  echo "llama-cpp-python $VERSION sdist, vendored llama.cpp commit $(cat "$SRC/LLAMACPP_COMMIT")" > "$BUILD/SOURCE"
+  echo "$amx" > "$BUILD/AMX"
+  echo "llama-cpp-python $VERSION sdist, vendored llama.cpp commit $(cat "$SRC/LLAMACPP_COMMIT"), AMX $amx" > "$BUILD/SOURCE"
 }
 
 # BF16 copy of the main model. The shipped file is 4-bit (Q4_K_M), so this is a requantization: the BF16
