@@ -42,6 +42,9 @@ class Config:
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 | int8 (CPU weight-only kernels) | none
     main_quantization: str = "none"  # none | int8 | int4: weight-only main model (CPU); lossless w.r.t. it
+    # int4 main: keep a bf16 copy of its own dequantized weights, which the kernel plan runs multi-row
+    # passes (tree verification, prefill) on where it measured them faster; false saves 2 bytes/weight.
+    main_int4_dense: bool = True
     # Draft a tree in a sequence's first round too. Off (default): the first token comes from the
     # main model's prefill alone, so the draft's prefill is not in the time to first token.
     speculate_first_token: bool = False

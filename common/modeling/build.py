@@ -62,7 +62,7 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
     quantized model, and speculation is lossless with respect to it."""
     spec, weights, tok = load_weights(cfg.main_model_path, cfg.dtype)
     if cfg.main_quantization != "none":
-        weights = quantize_main_weights(weights, cfg.main_quantization, DTYPES[cfg.dtype])
+        weights = quantize_main_weights(weights, cfg.main_quantization, DTYPES[cfg.dtype], cfg.main_int4_dense)
         log.info("main model weights: %s, %.2f GB", cfg.main_quantization, weight_bytes(weights) / 1e9)
     weights = {k: v.to(cfg.device) for k, v in weights.items()}  # tensors and quantized weights
     model = DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device)

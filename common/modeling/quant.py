@@ -19,7 +19,7 @@ Schemes (weight-only; activations and the KV cache keep the model dtype):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +61,17 @@ def int4_codes(weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> tup
     q = ((w - lo) / scale).round().clamp(0, 15).to(torch.uint8).reshape(n, k)
     zero = lo + scale * 8  # the kernel computes (q - 8) * scale + zero
     return q, torch.cat([scale, zero], dim=-1).permute(1, 0, 2).contiguous().to(dtype)
+
+
+def dequantize_int4(q: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
+    """The ``[N, K]`` matrix that int4 codes stand for, in ``scales_zeros``'s dtype:
+    ``(q - 8) * scale + zero`` per group of GROUP input channels, computed in fp32 (the
+    formula torch's int4 kernel evaluates) and rounded once. ``q``: ``[N, K]`` uint8 codes,
+    ``scales_zeros``: ``[K/GROUP, N, 2]``."""
+    n, k = q.shape
+    sz = scales_zeros.float().permute(1, 0, 2)  # [N, K/G, 2]
+    w = (q.reshape(n, k // GROUP, GROUP).float() - 8) * sz[..., :1] + sz[..., 1:]  # [N, K/G, G]
+    return w.reshape(n, k).to(scales_zeros.dtype)
 
 
 def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
@@ -177,10 +188,13 @@ def quantize_weights(weights: dict[str, torch.Tensor], keep_dense: bool = False)
     return out
 
 
-def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: torch.dtype) -> dict[str, object]:
+def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: torch.dtype,
+                          int4_dense: bool = True) -> dict[str, object]:
     """The main model's weights with every layer projection matrix (``*.weight``, 2-D)
     quantized by ``scheme`` (``int8`` -> :class:`Int8Weight`, ``int4`` ->
-    :class:`Int4Weight` without a dense copy, where the kernel supports the shape);
+    :class:`Int4Weight`, where the kernel supports the shape, whose dense copy (``int4_dense``)
+    is its own dequantized weights: multi-row passes (tree verification, prefill) run on that
+    copy where the kernel plan measured it faster, at 2 more bytes per weight while it is kept);
     embeddings, norms, biases and the LM head stay in ``dtype``. Scales are kept in
     ``dtype`` (the activations' dtype). ``none`` returns ``weights`` unchanged.
     Raises ValueError for an unknown scheme."""
@@ -194,8 +208,11 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
             out[name] = t
         elif scheme == "int8":
             out[name] = Int8Weight(*quantize_int8(t, dtype))
+        elif int4_supported(t):
+            w4 = _int4_weight(t, dtype)  # dense: the int4 weights widened, so every kernel serves one model
+            out[name] = replace(w4, dense=dequantize_int4(w4.codes, w4.scales_zeros)) if int4_dense else w4
         else:
-            out[name] = _int4_weight(t, dtype) if int4_supported(t) else t
+            out[name] = t
     return out
 
 

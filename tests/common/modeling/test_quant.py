@@ -1,9 +1,12 @@
 """Weight-only int4 / int8 quantization against a dequantized reference."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
-from common.modeling.quant import (GROUP, INT8_MAX_ROWS, Int4Weight, Int8Weight, int4_linear, int4_supported,
+from common.modeling.quant import (GROUP, INT8_MAX_ROWS, Int4Weight, Int8Weight, dequantize_int4, int4_codes,
+                                   int4_linear, int4_supported,
                                    quantize_int4, quantize_int8, quantize_main_weights, quantize_weights,
                                    weight_bytes)
 
@@ -77,16 +80,36 @@ class TestInt8:
 class TestQuantizeMainWeights:
     @pytest.mark.parametrize("scheme,cls", [("int8", Int8Weight), ("int4", Int4Weight)])
     def test_projections_quantized_rest_kept(self, scheme, cls):
-        """Every 2-D '*.weight' becomes a quantized weight (int4 without a dense copy);
-        embeddings, LM head, norms and biases stay; the bytes shrink."""
+        """Every 2-D '*.weight' becomes a quantized weight (int4 with its own dequantized
+        weights as the dense copy); embeddings, LM head, norms and biases stay; the quantized
+        forms (without that copy) take fewer bytes."""
         w = {"embed": torch.randn(8, GROUP), "lm_head": torch.randn(8, GROUP), "norm": torch.ones(GROUP),
              "layers.0.qkv.weight": torch.randn(32, GROUP), "layers.0.qkv.bias": torch.randn(32),
              "layers.0.down.weight": torch.randn(GROUP, 2 * GROUP)}
         out = quantize_main_weights(w, scheme, torch.float32)
         assert isinstance(out["layers.0.qkv.weight"], cls) and isinstance(out["layers.0.down.weight"], cls)
         assert all(out[k] is w[k] for k in ("embed", "lm_head", "norm", "layers.0.qkv.bias"))
-        assert scheme == "int8" or out["layers.0.qkv.weight"].dense is None
+        if scheme == "int4":
+            q = out["layers.0.qkv.weight"]
+            assert torch.equal(q.dense, dequantize_int4(q.codes, q.scales_zeros))
+            out = {k: replace(v, dense=None) if isinstance(v, Int4Weight) else v for k, v in out.items()}
         assert weight_bytes(out) < weight_bytes(w)
+
+    def test_int4_dense_off_keeps_int4_bytes_only(self):
+        """main_int4_dense false: int4 projections carry no dense copy, so they hold fewer bytes than the bf16 matrix."""
+        w = {"layers.0.qkv.weight": torch.randn(32, GROUP).bfloat16()}
+        out = quantize_main_weights(w, "int4", torch.bfloat16, int4_dense=False)
+        assert out["layers.0.qkv.weight"].dense is None and weight_bytes(out) < weight_bytes(w)
+
+    def test_dequantized_int4_is_what_the_kernel_multiplies(self):
+        """x @ dequantize_int4(codes).T equals torch's int4 kernel on the same codes (fp32, to float rounding)."""
+        torch.manual_seed(0)
+        w, x = torch.randn(48, 2 * GROUP), torch.randn(5, 2 * GROUP)
+        q, sz = int4_codes(w, torch.float32)
+        dense = dequantize_int4(q, sz)
+        kernel = int4_linear(x, torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 2), sz)
+        torch.testing.assert_close(x @ dense.T, kernel, rtol=1e-5, atol=1e-4)
+        assert (dense - w).abs().max() < 0.6 * (w.max() - w.min()) / 15  # within a code step of the original
 
     def test_none_and_unknown(self):
         """'none' returns the weights unchanged; an unknown scheme raises ValueError naming it."""
