@@ -19,6 +19,7 @@ from common.logging import round_event
 from common.tree import TokenTree
 from services.scheduler import candidates
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence, draft_gap
+from services.scheduler.lengths import OutputLengths
 from services.scheduler.overlap import Lookahead, overlap_pays
 from services.scheduler.placement import Out, Placer
 from services.scheduler.tree_policy import TreePolicy
@@ -70,6 +71,7 @@ class RoundDriver:
         self.ahead = Lookahead()  # draft/verify overlap (overlap.py)
         self.had_draft = False  # a draft worker joined once: without one now we degrade, not refuse
         self.plain_steps = 0  # sequence rounds verified without a tree while speculative (degraded)
+        self.lengths = OutputLengths()  # finished requests' output lengths: the rounds a catch-up is spread over
         self.no_verifier_since: float | None = None
 
     @property
@@ -187,14 +189,16 @@ class RoundDriver:
         return shapes
 
     def _catch_up(self, seqs: list[Sequence]) -> tuple[int, float]:
-        """(tokens the drafts lag beyond one round's worth, mean tokens left per sequence) of the
-        speculating sequences past their first token: what a tree round now must prefill first."""
+        """(tokens the drafts lag beyond one round's worth, mean tokens each is expected to still
+        generate: ``lengths.remaining``) of the speculating sequences past their first token: what
+        a tree round now must prefill first, and over how many tokens that pays off."""
         spec = [s for s in seqs if s.params.speculate and s.verifier.held > 0]
         if not spec:
             return 0, float("inf")
         per_round = self.policy.max_depth + 1
         backlog = sum(max(0, s.draft_backlog() - per_round) for s in spec)
-        return backlog, sum(max(0, s.params.max_tokens - len(s.output)) for s in spec) / len(spec)
+        left = [self.lengths.remaining(len(s.output), s.params.max_tokens - len(s.output)) for s in spec]
+        return backlog, sum(left) / len(left)
 
     def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
         """Collect one draft worker's trees; lost sequences are re-placed (plain step now)."""
@@ -329,6 +333,8 @@ class RoundDriver:
             if gw is not None:
                 out.append((gw, delta))
             if delta.finish is not None:
+                if delta.finish in (wire.FinishReason.STOP, wire.FinishReason.LENGTH):
+                    self.lengths.observe(len(seq.output))
                 self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output),
                               verify_steps=seq.verify_steps)
                 self.owners.pop(sid, None)

@@ -24,7 +24,8 @@ B / verify_ms(B). Larger batches make verification steeper, so the chosen tree s
 (down to plain decoding) as load grows. A tree is chosen only when it beats plain by
 ``SPEC_MARGIN`` (its explore rounds and draft catch-ups are not in the formula); a draft that
 must first catch up on a backlog (new prompts, plain rounds) adds that prefill spread over
-the tokens the batch may still generate.
+the tokens the batch is expected to still generate (``lengths.py``: learned from finished
+requests, at most their ``max_tokens``).
 
 Both curves are corrected by measured ms per (batch, size) bucket (``CostCorrection``): the
 verifier's by rows, the draft's by depth, from rounds without a catch-up (the level passes cost

@@ -179,6 +179,31 @@ class TestCatchUp:
         per_round = drv.policy.max_depth + 1
         assert seen == [(2, max(0, 31 - per_round) + max(0, 4 - per_round), 99.0)]
 
+    def test_tokens_left_come_from_finished_requests_lengths(self):
+        """Once requests have finished, the tokens a sequence is expected to still generate are their
+        mean residual length (at most its max_tokens budget), not the budget."""
+        drv = driver(draft=True)
+        for n in (10, 10, 10, 20):
+            drv.lengths.observe(n)
+        params = msgspec.structs.replace(PARAMS, max_tokens=100)
+        drv.submit(GW, wire.Submit(request_id="a", prompt=list(range(1, 31)), params=params))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        seen = []
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: seen.append(remaining) or (0, 0)
+        drv.start(0.0)
+        assert seen == [(9 + 9 + 9 + 19) / 4]
+
+    def test_finished_requests_are_learned(self):
+        """A request that ends (here at max_tokens) adds its output length to what the driver learned."""
+        drv = driver(draft=False)
+        drv.had_draft = True  # degraded: plain steps, no draft worker needed
+        drv.submit(GW, wire.Submit(request_id="a", prompt=[1, 2, 3], params=PARAMS))
+        for bonus in range(5, 5 + PARAMS.max_tokens):
+            (_, step), = drv.start(0.0)
+            drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=bonus)}), 0.0)
+        assert list(drv.lengths.lengths) == [PARAMS.max_tokens]
+
     def test_a_long_prompt_reaches_the_draft_as_sink_plus_window(self):
         """With ``draft_context_window`` set, the draft's catch-up step carries the prompt's first
         DRAFT_SINK_TOKENS and last window tokens (the backlog the policy prices counts only those),
