@@ -8,7 +8,8 @@
 #
 # Idempotent: a second run only checks that the binaries and the BF16 file exist. Progress goes to stderr;
 # stdout is the bin dir alone.
-# Env: LLAMACPP_PY_VERSION (sdist version, pinned below), TREESPEC_CACHE (default ~/.cache/treespec),
+# Env: LLAMACPP_PY_VERSION (sdist version, pinned below), LLAMACPP_AMX (auto / on / off, see build()),
+#      TREESPEC_CACHE (default ~/.cache/treespec),
 #      BUILD_JOBS (default 2), PIP (default .venv/bin/pip, else pip).
 # Build time: not yet timed on an idle host; on the shared 2-core dev machine (load 10-20, nice -n 19) it ran
 # over 70 minutes without finishing. Objects stay in the build dir, so an interrupted build resumes.
@@ -44,42 +45,49 @@ fetch_source() {
   rm -rf "$SRC" && mv "$tmp" "$SRC"
 }
 
-# AMX usable? Some VMs advertise amx_tile/amx_bf16/amx_int8 in CPUID while the kernel leaves AMX tile data
-# (XSAVE feature 18) out of what a process may enable; `-march=native` then compiles ggml's AMX kernels and the
-# first `ldtilecfg` dies with a general-protection fault (seen on an Intel Xeon VM, 2026-12-02). Prints
-# "on" or "off"; off also on CPUs without AMX (nothing changes for them: native has no AMX to drop).
-amx_mode() {
-  python3 - <<'PY'
-import ctypes, platform
-try:
-    bits = ctypes.c_ulong(0)  # arch_prctl(ARCH_GET_XCOMP_SUPP): XSAVE features the kernel lets a process use
-    ok = platform.machine() == "x86_64" and ctypes.CDLL(None).syscall(158, 0x1022, ctypes.byref(bits)) == 0
-    print("on" if ok and bits.value >> 18 & 1 else "off")
-except OSError:
-    print("off")
-PY
+# AMX. With GGML_NATIVE, ggml compiles its AMX kernels when the CPU lists AMX. On an Intel Xeon VM
+# (2026-12-02) those kernels died with a general-protection fault at `ldtilecfg` in ggml_backend_amx_mul_mat,
+# although AMX itself works there (a minimal tile program that asks the kernel for AMX permission runs). So
+# after a native build on a CPU that lists amx_tile, one prompt goes through llama-completion, and if that
+# dies by a signal the tools are rebuilt without AMX (-mno-amx-*); the result JSON's llama.cpp source line
+# says which build ran. LLAMACPP_AMX=off forces the build without AMX, =on keeps the native one.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+compile() {  # $1: native | no-amx
+  local flags=(-DCMAKE_C_FLAGS= -DCMAKE_CXX_FLAGS=)
+  [ "$1" = no-amx ] && flags=(-DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX")
+  rm -f "${TARGETS[@]/#/$BIN/}"
+  nice -n 19 cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" -G "Unix Makefiles" "${flags[@]}" \
+    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >&2
+  nice -n 19 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >&2
+  have_all || { echo "llamacpp.sh: build finished but a binary is missing in $BIN" >&2; exit 1; }
+  echo "$1" > "$BUILD/MODE"
+}
+
+runs_one_prompt() {  # false only when llama-completion dies by a signal on a short prompt of the main model
+  local rc=0
+  [ -f "$MAIN_GGUF" ] || return 0
+  "$BIN/llama-completion" -m "$MAIN_GGUF" -p "def fib(n):" -n 1 -t 1 -no-cnv --temp 0 >/dev/null 2>&1 || rc=$?
+  [ "$rc" -lt 128 ]
 }
 
 build() {
-  local amx flags=()
-  amx="$(amx_mode)"
-  # A build made under the other AMX mode, or before this stamp existed, is rebuilt (cmake reconfigures).
-  [ "$(cat "$BUILD/AMX" 2>/dev/null)" = "$amx" ] || rm -f "${TARGETS[@]/#/$BIN/}"
-  if [ "$amx" = off ]; then
-    flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
-  else
-    flags=(-DCMAKE_C_FLAGS= -DCMAKE_CXX_FLAGS=)
-  fi
-  if ! have_all; then
-    nice -n 19 cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" -G "Unix Makefiles" "${flags[@]}" \
-      -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
-      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >&2
-    nice -n 19 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >&2
-    have_all || { echo "llamacpp.sh: build finished but a binary is missing in $BIN" >&2; exit 1; }
+  local want="${LLAMACPP_AMX:-auto}" mode
+  mode="$(cat "$BUILD/MODE" 2>/dev/null || echo native)"  # builds before this stamp were native
+  case "$want" in
+    off) [ "$mode" = no-amx ] && have_all || compile no-amx ;;
+    on) [ "$mode" = native ] && have_all || compile native ;;
+    *) have_all || compile native ;;
+  esac
+  mode="$(cat "$BUILD/MODE" 2>/dev/null || echo native)"
+  if [ "$want" = auto ] && [ "$mode" = native ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null && ! runs_one_prompt; then
+    echo "llamacpp.sh: the native build died on one prompt (ggml's AMX kernels); rebuilding without AMX" >&2
+    compile no-amx
+    mode=no-amx
   fi
   # Read by python -m treespec.bench_llamacpp into its result JSON.
-  echo "$amx" > "$BUILD/AMX"
-  echo "llama-cpp-python $VERSION sdist, vendored llama.cpp commit $(cat "$SRC/LLAMACPP_COMMIT"), AMX $amx" > "$BUILD/SOURCE"
+  echo "llama-cpp-python $VERSION sdist, vendored llama.cpp commit $(cat "$SRC/LLAMACPP_COMMIT"), build $mode" > "$BUILD/SOURCE"
 }
 
 # BF16 copy of the main model. The shipped file is 4-bit (Q4_K_M), so this is a requantization: the BF16

@@ -68,7 +68,8 @@ class Suite:
                                    "draft": self.costs[1].points} if self.costs else None,
                 "draft_quantization": self.cfg.draft_quantization, "main_quantization": self.cfg.main_quantization,
                 "draft_vocab_size": self.cfg.draft_vocab_size, "max_new_tokens": self.max_new,
-                "draft_context_window": self.cfg.draft_context_window,
+                "draft_context_window": self.cfg.draft_context_window, "main_int4_dense": self.cfg.main_int4_dense,
+                "kernels": {"main": _plan(self.main), "draft": _plan(self.draft)},
                 "prompts": len(self.prompts), "torch_threads": torch.get_num_threads(),
                 "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -152,6 +153,12 @@ class Suite:
                 size = tree[0] if tree else f"auto (last {eng.policy.best[0]}: {eng.policy.last_reason})"
                 rows.append({"mode": mode, "tree_size": size, **r})
         return rows
+
+
+def _plan(model) -> dict | None:
+    """A model's kernel plan as recorded in the result JSON (ladders, probe timings in ms, source)."""
+    plan = getattr(model, "kernel_plan", None)
+    return None if plan is None else {"ladders": plan.ladders, "timings_ms": plan.timings, "source": plan.source}
 
 
 def _no_lookup_rates(records: list[dict], plain_tps: float) -> dict:

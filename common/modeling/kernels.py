@@ -194,8 +194,13 @@ def apply_plan(weights: dict, plans: dict[str, tuple[tuple[int, str], ...]]) -> 
 
 def planned(w, ladder: tuple[tuple[int, str], ...] | None):
     """``w`` wrapped in a PlannedWeight, or ``w`` itself (an Int4Weight without its codes) when
-    the ladder is missing, is the default kernel alone, or names a kernel that cannot run ``w``."""
+    the ladder is missing, is the default kernel alone, or names a kernel that cannot run ``w``.
+    An Int4Weight whose valid ladder is the int4 kernel alone also drops its dense copy (the
+    probe measured int4 faster at every row count); without a ladder the copy stays, for
+    ``Int4Weight.linear``'s fallback above ``INT4_MAX_ROWS`` rows."""
     allowed = candidates(w)
-    if ladder is None or any(k not in allowed for _, k in ladder) or {k for _, k in ladder} == {allowed[0]}:
+    if ladder is None or any(k not in allowed for _, k in ladder):
         return replace(w, codes=None) if isinstance(w, Int4Weight) else w  # int4 codes only live on to be repacked
+    if {k for _, k in ladder} == {allowed[0]}:
+        return replace(w, codes=None, dense=None) if isinstance(w, Int4Weight) else w
     return PlannedWeight(w, ladder)

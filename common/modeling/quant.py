@@ -66,8 +66,9 @@ def int4_codes(weight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> tup
 def dequantize_int4(q: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
     """The ``[N, K]`` matrix that int4 codes stand for, in ``scales_zeros``'s dtype:
     ``(q - 8) * scale + zero`` per group of GROUP input channels, computed in fp32 (the
-    formula torch's int4 kernel evaluates) and rounded once. ``q``: ``[N, K]`` uint8 codes,
-    ``scales_zeros``: ``[K/GROUP, N, 2]``."""
+    formula torch's int4 kernel evaluates) and rounded once to that dtype (exact in fp32;
+    within half a bf16 step of the kernel's fp32 values in bf16). ``q``: ``[N, K]`` uint8
+    codes, ``scales_zeros``: ``[K/GROUP, N, 2]``."""
     n, k = q.shape
     sz = scales_zeros.float().permute(1, 0, 2)  # [N, K/G, 2]
     w = (q.reshape(n, k // GROUP, GROUP).float() - 8) * sz[..., :1] + sz[..., 1:]  # [N, K/G, G]
@@ -87,7 +88,8 @@ class Int4Weight:
     """A ``[N, K]`` projection matrix in the CPU int4 layout.
 
     ``packed``: the kernel's packed 4-bit weight; ``scales_zeros``: ``[K/GROUP, N, 2]`` bf16;
-    ``dense``: the bf16 ``[N, K]`` original or None. With the dense copy, calls over more
+    ``dense``: a bf16 ``[N, K]`` copy or None (the draft's: its original weights; an int4
+    main model's: its own dequantized weights, ``dequantize_int4``). With the dense copy, calls over more
     than ``INT4_MAX_ROWS`` rows (prefill, compute bound) use the bf16 GEMM instead.
     ``codes``: the ``[N, K]`` uint8 codes (0..15) until a kernel plan repacks them for the
     packed kernel (``kernels.prepare``), then dropped (``kernels.planned``)."""
@@ -193,7 +195,7 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
     """The main model's weights with every layer projection matrix (``*.weight``, 2-D)
     quantized by ``scheme`` (``int8`` -> :class:`Int8Weight`, ``int4`` ->
     :class:`Int4Weight`, where the kernel supports the shape, whose dense copy (``int4_dense``)
-    is its own dequantized weights: multi-row passes (tree verification, prefill) run on that
+    is its own dequantized weights rounded to ``dtype``: multi-row passes (tree verification, prefill) run on that
     copy where the kernel plan measured it faster, at 2 more bytes per weight while it is kept);
     embeddings, norms, biases and the LM head stay in ``dtype``. Scales are kept in
     ``dtype`` (the activations' dtype). ``none`` returns ``weights`` unchanged.

@@ -13,7 +13,12 @@ output lengths of the last ``WINDOW`` finished requests and ``n`` tokens generat
 used only when at least ``MIN_SURVIVORS`` of them ran past ``n``; otherwise (nothing learned yet, or
 a request already longer than almost every one seen) the cap, i.e. the old behaviour. Requests that
 stopped at ``max_tokens`` count with that length (a lower bound of what they would have run), so a
-workload that always fills its budget keeps estimating the budget. Torch-free.
+workload that always fills its budget keeps estimating the budget. A request cut off by a small
+``max_tokens`` thus counts as a short answer for requests with larger budgets (no censoring model).
+
+The estimate also gates the tree policy's explore rounds (``EXPLORE_MIN_REMAINING``): while the
+finished answers are shorter than that, a batch drafts no explore tree; it explores again as
+longer requests finish and enter the window. Torch-free.
 """
 
 from __future__ import annotations

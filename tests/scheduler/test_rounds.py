@@ -204,6 +204,21 @@ class TestCatchUp:
             drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=bonus)}), 0.0)
         assert list(drv.lengths.lengths) == [PARAMS.max_tokens]
 
+    def test_stopped_requests_are_learned_aborted_ones_are_not(self):
+        """An EOS finish adds its length; a request the client aborted adds nothing (its length says nothing about answers)."""
+        drv = driver(draft=False)
+        drv.had_draft = True
+        params = msgspec.structs.replace(PARAMS, ignore_eos=False, max_tokens=50)
+        for rid in ("eos", "gone"):
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=params))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("eos", "gone")}), 0.0)
+        drv.abort("gone")
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"eos": wire.VerifyOut(accepted=[], bonus=99)}), 0.0)
+        assert list(drv.lengths.lengths) == [2]
+
     def test_a_long_prompt_reaches_the_draft_as_sink_plus_window(self):
         """With ``draft_context_window`` set, the draft's catch-up step carries the prompt's first
         DRAFT_SINK_TOKENS and last window tokens (the backlog the policy prices counts only those),

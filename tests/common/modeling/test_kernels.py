@@ -129,6 +129,13 @@ class TestApplyPlan:
         dense = torch.randn(8, 64).to(torch.bfloat16)
         assert planned(dense, ((128, "linear"),)) is dense and planned(dense, None) is dense
 
+    def test_an_int4_only_ladder_drops_the_dense_copy_no_ladder_keeps_it(self):
+        """An int4 weight with a dense copy loses it when its measured ladder is the int4 kernel alone,
+        and keeps it without a plan (the fallback above INT4_MAX_ROWS rows)."""
+        w = _weights()["layers.0.qkv.weight"]
+        assert w.dense is not None
+        assert planned(w, ((128, "int4"),)).dense is None and planned(w, None).dense is w.dense
+
     def test_planned_weight_keeps_only_used_forms(self):
         """A PlannedWeight holds one operand per kernel on its ladder (the replaced dense tensor is not kept)."""
         w = _weights()["layers.0.qkv.weight"]
