@@ -211,7 +211,7 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
         elif scheme == "int8":
             out[name] = Int8Weight(*quantize_int8(t, dtype))
         elif int4_supported(t):
-            w4 = _int4_weight(t, dtype)  # dense: the int4 weights widened, so every kernel serves one model
+            w4 = _int4_weight(t, dtype)  # dense: the int4 weights widened to dtype (rounded once)
             out[name] = replace(w4, dense=dequantize_int4(w4.codes, w4.scales_zeros)) if int4_dense else w4
         else:
             out[name] = t
