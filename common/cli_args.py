@@ -38,7 +38,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", help="debug | info | warning | error")
     parser.add_argument("--device", help="cpu | cuda | cuda:N")
     parser.add_argument("--dtype", help="float32 | bfloat16 | float16")
-    parser.add_argument("--main-quantization", help="none | int8 | int4: weight-only main model (CPU)")
+    parser.add_argument("--main-quantization", help="none | int8 | int4 (weight-only) | w4a8 (int4 weights, int8 activations): quantized main model (CPU)")
     parser.add_argument("--prompt-lookup", help="on | off: prompt-lookup (n-gram) candidates in the draft tree")
     parser.add_argument("--prompt-lookup-num-tokens", type=int, help="most prompt-lookup tree nodes per round")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -41,7 +41,7 @@ class Config:
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 | int8 (CPU weight-only kernels) | none
-    main_quantization: str = "none"  # none | int8 | int4: weight-only main model (CPU); lossless w.r.t. it
+    main_quantization: str = "none"  # none | int8 | int4 (weight-only) | w4a8 (int4 weights, int8 activations), CPU; lossless w.r.t. it
     # int4 main: keep a bf16 copy of its own dequantized weights, which the kernel plan runs multi-row
     # passes (tree verification, prefill) on where it measured them faster; false saves 2 bytes/weight.
     main_int4_dense: bool = True
@@ -117,7 +117,7 @@ def _validate(cfg: Config) -> None:
         "prefix_cache_block_size": 1 <= cfg.prefix_cache_block_size <= 1024,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
         "draft_quantization": cfg.draft_quantization in ("int4", "int8", "none"),
-        "main_quantization": cfg.main_quantization in ("none", "int8", "int4"),
+        "main_quantization": cfg.main_quantization in ("none", "int8", "int4", "w4a8"),
         "overlap": cfg.overlap in (AUTO, "on", "off"),
         "prompt_lookup_max_ngram": 1 <= cfg.prompt_lookup_max_ngram <= MAX_LOOKUP_NGRAM,
         "prompt_lookup_min_ngram": 1 <= cfg.prompt_lookup_min_ngram <= cfg.prompt_lookup_max_ngram,
@@ -145,6 +145,9 @@ def _validate_main_quantization(cfg: Config) -> None:
     if cfg.device != "cpu":
         raise ConfigError(f"main_quantization={q} needs device=cpu (torch's CPU weight-only kernels), "
                           f"got device={cfg.device!r}; use main_quantization=none on accelerators")
+    if q == "w4a8" and cfg.dtype == "float16":
+        raise ConfigError("main_quantization=w4a8 needs dtype bfloat16 or float32 (its exact attention kernel), "
+                          "got float16")
     if cfg.tensor_parallel_size > 1:
         raise ConfigError(f"main_quantization={q} cannot be combined with tensor_parallel_size="
                           f"{cfg.tensor_parallel_size} (quantized weights are not sharded); "

@@ -4,11 +4,12 @@ Builds 28 layers of Qwen2.5-1.5B-shaped projections (qkv 2048x1536, o 1536x1536,
 gate_up 17920x1536, down 1536x8960; random weights, each layer its own memory, so every
 pass streams 2.62 GB of bf16, 1.31 GB of int8 or 0.66 GB of int4 codes from DRAM, not cache) and times one pass
 over all of them for 1/4/8/16/32 rows: torch's kernels (oneDNN prepacked bf16, torch's
-int8 and int4 kernels) against the packed kernel, alternating, fastest of ``--reps``. Prints ms per
+int8 and int4 kernels) against the packed kernel and, for int4 on AVX512-VNNI hosts, the
+draft's W4A8 kernel (int8 activations), fastest of ``--reps``. Prints ms per
 pass and GB/s (weight bytes / time) and writes JSON with the CPU model.
 
 Usage: PYTHONPATH=. .venv/bin/python scripts/bench_packed_stream.py [--reps 5] [--layers 28]
-       [--out benchmarks/results/kernels/packed_stream.json]
+       [--formats bf16,int8,int4] [--out benchmarks/results/kernels/packed_stream.json]
 """
 
 from __future__ import annotations
@@ -67,14 +68,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--layers", type=int, default=28)
+    parser.add_argument("--formats", default="bf16,int8,int4", help="comma-separated subset of bf16,int8,int4")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     lib = library()
     if lib is None:
         raise SystemExit("the packed kernel did not build on this host (is g++ installed?)")
-    result = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "variant": lib.variant, "rows": ROWS, "ms": {}}
+    result = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "variant": lib.variant,
+              "w4a8_variant": lib.w4a8_variant, "rows": ROWS, "ms": {}}
+    w4a8 = ("w4a8",) if lib.w4a8_variant == "avx512vnni" else ()
+    formats = args.formats.split(",")
     for fmt, kernels, gb in (("bf16", ("onednn", "packed"), 2.62), ("int8", ("native", "packed"), 1.31),
-                             ("int4", ("int4", "packed"), 0.66)):
+                             ("int4", ("int4", "packed", *w4a8), 0.66)):
+        if fmt not in formats:
+            continue
         for kernel in kernels:
             layers = _layers(args.layers, fmt, kernel)
             ms = [_time(layers, kernel, rows, args.reps) for rows in ROWS]

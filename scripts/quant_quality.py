@@ -1,5 +1,5 @@
 """Quality, memory and plain-decoding speed of a quantized main model (``main_quantization``
-int8 / int4) next to the bf16 model, measured side by side in one run.
+int8 / int4 / w4a8) next to the bf16 model, measured side by side in one run.
 
 Each model is built as served (``build.main_model``: int8 LM head when quantized, kernels chosen
 at start). For each HumanEval prompt every model decodes greedily (plain, through the same in-process
@@ -12,7 +12,7 @@ Memory: bytes of the weights each model holds (layers in their format, the LM he
 token and time to first token (prefill). Writes JSON (raw per-prompt records included).
 
 Usage: nice -n 19 .venv/bin/python scripts/quant_quality.py [--prompts 10] [--tokens 64]
-       [--json benchmarks/results/quant/quality_speed.json]
+       [--schemes none,int8,int4,w4a8] [--json benchmarks/results/quant/quality_speed.json]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from services.scheduler.local import LocalEngine  # noqa: E402
 from services.verifier.runner import VerifierRunner  # noqa: E402
 from treespec.bench_data import load_prompts  # noqa: E402
 
-SCHEMES = ("none", "int8", "int4")
+SCHEMES = ("none", "int8", "int4", "w4a8")  # the default --schemes; "none" (the bf16 reference) always runs
 
 
 def cpu_model() -> str:
@@ -123,10 +123,11 @@ def write_json(path: str, data: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    schemes = ("none", *[s for s in args.schemes.split(",") if s and s != "none"])
     _, weights, tok = load_weights(args.model, "bfloat16")
     # the models as served: build.main_model (int8 LM head when quantized, kernels chosen at start)
-    models = {s: main_model(Config(main_model_path=args.model, main_quantization=s))[0] for s in SCHEMES}
-    models_bytes = {s: served_bytes(weights, s) for s in SCHEMES}
+    models = {s: main_model(Config(main_model_path=args.model, main_quantization=s))[0] for s in schemes}
+    models_bytes = {s: served_bytes(weights, s) for s in schemes}
     prompts = load_prompts("humaneval", args.prompts)
     max_len = 1024
     engines = {s: plain_engine(m, max_len) for s, m in models.items()}
@@ -134,24 +135,24 @@ def run(args: argparse.Namespace) -> dict:
     for i, p in enumerate(prompts):
         ids = tok(p.text)["input_ids"]
         rec = {"id": p.id, "prompt_tokens": len(ids)}
-        for s in SCHEMES:
+        for s in schemes:
             rec[s] = decode(engines[s], f"{s}{i}", ids, args.tokens)
         ref = rec["none"]["tokens"]
-        for s in SCHEMES:
+        for s in schemes:
             rec[s].update(compare(ref, rec[s]["tokens"], teacher_forced(models[s], ids, ref)))
         records.append(rec)
-        print(p.id, {s: (rec[s]["first_divergence"], round(rec[s]["decode_tok_s"], 2)) for s in SCHEMES}, flush=True)
-        write_json(args.json, result(args, models_bytes, records, load_before, complete=i == len(prompts) - 1))
-    return result(args, models_bytes, records, load_before, complete=True)
+        print(p.id, {s: (rec[s]["first_divergence"], round(rec[s]["decode_tok_s"], 2)) for s in schemes}, flush=True)
+        write_json(args.json, result(args, schemes, models_bytes, records, load_before, complete=i == len(prompts) - 1))
+    return result(args, schemes, models_bytes, records, load_before, complete=True)
 
 
-def result(args, models_bytes: dict, records: list[dict], load_before, complete: bool) -> dict:
+def result(args, schemes: tuple[str, ...], models_bytes: dict, records: list[dict], load_before, complete: bool) -> dict:
     """The JSON document (``complete`` False while prompts remain: partial results are kept)."""
     return {"complete": complete, "command": "scripts/quant_quality.py " + " ".join(sys.argv[1:]), "model": args.model,
             "cpu_model": cpu_model(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "dtype": "bfloat16",
             "prompts": len(records), "tokens": args.tokens, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "summary": {s: summary(records, s, models_bytes[s]) for s in SCHEMES}, "records": records}
+            "summary": {s: summary(records, s, models_bytes[s]) for s in schemes}, "records": records}
 
 
 def main() -> int:
@@ -159,6 +160,7 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--schemes", default=",".join(SCHEMES), help="main_quantization values beside bf16 (none)")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "quant" / "quality_speed.json"))
     args = parser.parse_args()
     doc = run(args)

@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--model-path", default=None)
     a("--draft-model-path", default=None)
     a("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    a("--main-quantization", default=None, choices=["none", "int8", "int4"], help="weight-only main model (CPU)")
+    a("--main-quantization", default=None, choices=["none", "int8", "int4", "w4a8"],
+      help="quantized main model (CPU): weight-only int8 / int4, or w4a8 (int4 weights, int8 activations)")
     a("--device", default=None)
 
 

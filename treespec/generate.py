@@ -23,8 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", default=None, help="main model (packaged name, GGUF file or HF dir)")
     parser.add_argument("--draft-model-path", default=None)
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--main-quantization", default=None, choices=["none", "int8", "int4"],
-                        help="weight-only quantized main model (CPU); default from config: none")
+    parser.add_argument("--main-quantization", default=None, choices=["none", "int8", "int4", "w4a8"],
+                        help="quantized main model (CPU): weight-only int8 / int4, or w4a8 (int4 weights, "
+                             "int8 activations); default from config: none")
     parser.add_argument("--device", default=None)
 
 

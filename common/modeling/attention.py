@@ -9,6 +9,8 @@ attention itself is PyTorch SDPA with that explicit mask, on CUDA the Triton ker
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -102,4 +104,54 @@ def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int]
     return out.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, H * D)
 
 
-__all__ = ["ROOT", "build_batch", "segment_mask", "segment_positions", "tree_attention"]
+EXACT_MAX_ROWS = 256  # rows of a segment up to which ExactAttention runs it (longer: prompt prefills, SDPA)
+
+
+class ExactAttention:
+    """Tree attention whose result for a query row does not depend on the other rows of the
+    pass (``csrc/decoder_ops.cpp``, ``exact_attention``): each row sums over its visible
+    columns in ascending order, so a token verified inside a tree and the same token decoded
+    alone get bit-identical outputs. SDPA's blocked kernels sum in an order that depends on the
+    pass's shape, which is harmless for continuous math but not for a model that rounds its
+    activations (W4A8: one flipped int8 rounding can change a near-tie greedy token).
+
+    Built once per forward from its ``mask`` ``[B, 1, T, S]`` (bool): per row, the slot and the
+    list of visible columns (CSR: ``offsets`` ``[B' * T + 1]`` int64, ``cols`` int32). Segments
+    longer than ``EXACT_MAX_ROWS`` (prompt prefills: the same pass in plain and speculative
+    decoding) keep SDPA, whose cost grows better with length. bf16 and fp32 CPU tensors only.
+    ``lib``: a loaded ``native.PackedGemmLibrary``."""
+
+    def __init__(self, lib, mask: torch.Tensor, slots: list[int], lengths: list[int] | None, max_len: int) -> None:
+        B, _, T, _ = mask.shape
+        lengths = lengths or [T] * B
+        self.lib, self.short = lib, [b for b, n in enumerate(lengths) if n <= EXACT_MAX_ROWS]
+        m = mask[self.short, 0, :, :max_len]  # [B', T, S]
+        self.cols = m.nonzero()[:, 2].to(torch.int32).contiguous()  # row-major: each row's columns ascending
+        self.offsets = torch.zeros(len(self.short) * T + 1, dtype=torch.int64)
+        self.offsets[1:] = m.sum(-1).reshape(-1).cumsum(0)
+        self.row_slot = torch.tensor([slots[b] for b in self.short], dtype=torch.int64).repeat_interleave(T)
+
+    def __call__(self, q: torch.Tensor, cache: KVCache, layer: int, slots: list[int], mask: torch.Tensor) -> torch.Tensor:
+        """Like :func:`tree_attention`: q ``[B, T, heads, D]`` -> ``[B, T, heads * D]``."""
+        if not self.short:
+            return tree_attention(q, cache, layer, slots, mask)
+        every = len(self.short) == q.shape[0]
+        exact = self._run(q if every else q[self.short], cache, layer)
+        if every:
+            return exact
+        out = tree_attention(q, cache, layer, slots, mask)
+        out[self.short] = exact
+        return out
+
+    def _run(self, q: torch.Tensor, cache: KVCache, layer: int) -> torch.Tensor:
+        B, T, H, D = q.shape
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        fn = self.lib.exact_attention_bf16 if q.dtype == torch.bfloat16 else self.lib.exact_attention_f32
+        fn(q.data_ptr(), cache.k[layer].data_ptr(), cache.v[layer].data_ptr(), out.data_ptr(),
+           self.row_slot.data_ptr(), self.offsets.data_ptr(), self.cols.data_ptr(), B * T, H, cache.k.shape[3], D,
+           cache.max_len, 1.0 / math.sqrt(D), torch.get_num_threads())
+        return out.view(B, T, H * D)
+
+
+__all__ = ["ROOT", "ExactAttention", "build_batch", "segment_mask", "segment_positions", "tree_attention"]

@@ -68,7 +68,23 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
     model = DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device)
     if cfg.main_quantization != "none":
         _int8_head(model)  # as llama.cpp's 4-bit files keep a 6-bit output head, not a 16-bit one
+    if cfg.main_quantization == "w4a8":
+        _row_independent(model)
     return with_kernels(cfg, model), tok
+
+
+def _row_independent(model: DecoderModel) -> None:
+    """Make every pass of a W4A8 main compute each row as it would alone: its projections already
+    do (the W4A8 kernel); the LM head moves to the packed int8 kernel (torch's int8 kernel hands
+    passes over 16 rows to a dense GEMM) and attention to ``attention.ExactAttention``. Greedy
+    speculation then equals plain decoding bit for bit, although the W4A8 kernel's int8 rounding
+    of activations would turn SDPA's shape-dependent float sums into different greedy tokens at
+    near-ties."""
+    from common.modeling.native import library  # present: quantize_main_weights("w4a8") needed it
+    lib = library()
+    head = model.head_weight
+    model.head_weight = lib.pack_int8(head.q, head.scales.float())
+    model.exact = lib
 
 
 def with_kernels(cfg: Config, model: DecoderModel) -> DecoderModel:

@@ -11,9 +11,12 @@ result up to float rounding but differ in speed by host, weight shape and row co
 * ``int4``: the CPU int4 kernel of an :class:`~common.modeling.quant.Int4Weight`;
 * ``dense``: ``F.linear`` on an int4 weight's kept bf16 copy (``Int4Weight.dense``);
 * ``native``: the weight object's own ``linear`` (any other weight class, e.g. int8);
-* ``packed``: treespec's own kernel (``native.py``, ``csrc/packed_gemm.cpp``) on a bf16 or
-  int8 weight repacked once into 64-channel panels in huge pages; a candidate wherever the
-  library built on this host (needs a C++ compiler).
+* ``packed``: treespec's own kernel (``native.py``, ``csrc/packed_gemm.cpp``) on a bf16,
+  int8 or int4 weight repacked once into 64-channel panels in huge pages; a candidate wherever
+  the library built on this host (needs a C++ compiler);
+* ``w4a8``: treespec's W4A8 kernel (``csrc/w4a8_gemm.cpp``: int8 activations, VNNI integer
+  dot products) on an int4 weight that need not be exact (``Int4Weight.exact`` False: a
+  draft model's), where the library has its AVX512-VNNI variant.
 
 :func:`choose` turns timings (``kernel_probe.py`` measures them at worker start) into a
 ladder per format; :func:`apply_plan` wraps each projection weight in a
@@ -22,6 +25,7 @@ ladder per format; :func:`apply_plan` wraps each projection weight in a
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Callable
 
@@ -56,7 +60,7 @@ def _native(x, w, bias):
 
 
 KERNELS: dict[str, Callable] = {"linear": _linear, "onednn": _onednn, "int4": _int4, "dense": _linear,
-                                "native": _native, "packed": _native}
+                                "native": _native, "packed": _native, "w4a8": _native}
 ONEDNN_DTYPES = (torch.bfloat16,)  # fp32 weights keep F.linear: reference runs stay bit-for-bit as before
 
 
@@ -96,8 +100,15 @@ def candidates(w) -> tuple[str, ...]:
     if isinstance(w, Int4Weight):  # its bf16 copy (dense / onednn), its codes repacked (packed)
         packed = ("packed",) if (w.codes is not None and w.codes.device.type == "cpu"
                                  and w.scales_zeros.dtype == torch.bfloat16 and library() is not None) else ()
-        return ("int4", *(("dense", *onednn) if onednn else ()), *packed)
+        w4a8 = ("w4a8",) if packed and not w.exact and _w4a8_available() else ()
+        return ("int4", *(("dense", *onednn) if onednn else ()), *packed, *w4a8)
     return ("native", "dense", *onednn) if onednn else ("native",)
+
+
+def _w4a8_available() -> bool:
+    """The W4A8 kernel's AVX512-VNNI variant built on this host (its portable variant is only a
+    reference), unless ``TREESPEC_W4A8=0`` (an A/B switch for measurements)."""
+    return os.environ.get("TREESPEC_W4A8", "1") != "0" and library().w4a8_variant == "avx512vnni"
 
 
 def _int8_packable(w: Int8Weight) -> bool:
@@ -114,6 +125,8 @@ def prepare(kernel: str, w):
         if isinstance(w, Int8Weight):
             return library().pack_int8(w.q, w.scales)
         return library().pack_int4(w.codes, w.scales_zeros) if isinstance(w, Int4Weight) else library().pack(w)
+    if kernel == "w4a8":
+        return library().pack_w4a8(w.codes, w.scales_zeros)
     if kernel == "dense":
         return dense_of(w)
     if kernel == "int4":

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from common.modeling import fused_ops
-from common.modeling.attention import tree_attention
+from common.modeling.attention import ExactAttention, tree_attention
 from common.modeling.kv_cache import KVCache
 from common.modeling.quant import Int4Weight, Int8Weight
 
@@ -125,6 +125,7 @@ class DecoderModel:
         self.head_weight = head if head_ids is None else head[head_ids].contiguous()
         self._cos, self._sin = rope_tables(spec, spec.max_positions, dtype, device)
         self.kernel_plan = None  # kernel_probe.KernelPlan once kernel_probe.install ran
+        self.exact = None  # a native library: attention by ExactAttention (a W4A8 main: row-independent passes)
         self.ops = fused_ops.for_model(dtype, device)  # element-wise ops: C++ for bf16 on CPU
 
     def _local_kv(self) -> int:
@@ -159,16 +160,19 @@ class DecoderModel:
         x = self.w["embed"][tokens]  # [B, T, H] or [1, N, H] (a copy: the layers add into it in place)
         cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D] or [1, N, D]
         starts = [cache.lengths[s] for s in slots]
+        attend = tree_attention if self.exact is None else ExactAttention(self.exact, mask, slots, lengths,
+                                                                          cache.max_len)
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):
-            x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask, rag)
+            x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask, rag, attend)
         out = self.ops.add_rms_norm(x, delta, self.w["norm"], self.spec.rms_eps)[1]
         return out if rag is None else rag.unpack(out)
 
-    def _block(self, i: int, x, delta, cos, sin, cache: KVCache, slots, starts, mask, rag: Ragged | None):
+    def _block(self, i: int, x, delta, cos, sin, cache: KVCache, slots, starts, mask, rag: Ragged | None, attend):
         """One pre-norm transformer block on the residual stream ``x + delta`` (``[B, T, H]``,
         or ``[1, N, H]`` packed by ``rag``); returns (its input residual stream, its MLP output),
-        whose sum is the block's output."""
+        whose sum is the block's output. ``attend``: :func:`tree_attention` or this forward's
+        :class:`ExactAttention`."""
         w, s, ops = self.w, self.spec, self.ops
         B, T, _ = x.shape
         x, h = ops.add_rms_norm(x, delta, w[f"layers.{i}.in_norm"], s.rms_eps)
@@ -178,9 +182,9 @@ class DecoderModel:
         for b, slot in enumerate(slots):
             cache.write(i, slot, starts[b], ks[b], vs[b])
         if rag is None:
-            attn = tree_attention(q, cache, i, slots, mask)  # [B, T, heads * D]
+            attn = attend(q, cache, i, slots, mask)  # [B, T, heads * D]
         else:
-            attn = rag.pack(tree_attention(rag.unpack(q), cache, i, slots, mask))  # [1, N, heads * D]
+            attn = rag.pack(attend(rag.unpack(q), cache, i, slots, mask))  # [1, N, heads * D]
         x, h = ops.add_rms_norm(x, self._reduce(linear(attn, w[f"layers.{i}.o.weight"])),
                                 w[f"layers.{i}.post_norm"], s.rms_eps)
         return x, self._reduce(linear(ops.silu_mul(linear(h, w[f"layers.{i}.gate_up.weight"])),

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "packed_gemm.cpp", CSRC / "decoder_ops.cpp")  # one library; bf16.h is shared
+SOURCES = (CSRC / "packed_gemm.cpp", CSRC / "w4a8_gemm.cpp", CSRC / "decoder_ops.cpp")  # one library; bf16.h is shared
 HEADERS = (CSRC / "bf16.h",)
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
@@ -127,16 +127,27 @@ class PackedGemmLibrary:
         self._lib.treespec_gemm_int8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         self._lib.treespec_pack_int4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_int]
         self._lib.treespec_gemm_int4.argtypes = self._lib.treespec_gemm_int8.argtypes
+        self._lib.treespec_w4a8_variant.restype = ctypes.c_char_p
+        self._lib.treespec_w4a8_bytes.restype = ctypes.c_int64
+        self._lib.treespec_w4a8_bytes.argtypes = [ctypes.c_int64] * 2
+        self._lib.treespec_pack_w4a8.argtypes = self._lib.treespec_pack_int4.argtypes
+        self._lib.treespec_gemm_w4a8.argtypes = self._lib.treespec_gemm_int8.argtypes
         self._lib.treespec_rms_norm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_float,
                                                                                              ctypes.c_int]
         self._lib.treespec_rope.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int]
         self._lib.treespec_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_int]
+        attn = [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 5 + [ctypes.c_float, ctypes.c_int]
+        self._lib.treespec_exact_attention_bf16.argtypes = attn
+        self._lib.treespec_exact_attention_f32.argtypes = attn
+        self.exact_attention_bf16 = self._lib.treespec_exact_attention_bf16  # attention.ExactAttention
+        self.exact_attention_f32 = self._lib.treespec_exact_attention_f32
         self.rms_norm = self._lib.treespec_rms_norm  # decoder_ops.cpp; called by fused_ops.NativeOps
         self.rope = self._lib.treespec_rope
         self.silu_mul = self._lib.treespec_silu_mul
         self.variant = self._lib.treespec_variant().decode()
+        self.w4a8_variant = self._lib.treespec_w4a8_variant().decode()  # avx512vnni | portable
         self._gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
-                      "int4": self._lib.treespec_gemm_int4}
+                      "int4": self._lib.treespec_gemm_int4, "w4a8": self._lib.treespec_gemm_w4a8}
 
     def pack(self, weight: torch.Tensor) -> PackedWeight:
         """Repack a dense ``[N, K]`` bf16 CPU weight into panels (a new tensor in huge pages;
@@ -176,6 +187,26 @@ class PackedGemmLibrary:
                                      sl.data_ptr(), n, k, torch.get_num_threads())
         return PackedWeight(self, data, sl, n, k, "int4")
 
+    def pack_w4a8(self, codes: torch.Tensor, scales_zeros: torch.Tensor) -> PackedWeight:
+        """Repack int4 ``codes`` ``[N, K]`` (uint8, 0..15) with ``scales_zeros`` ``[K/64, N, 2]``
+        for the W4A8 kernel (``csrc/w4a8_gemm.cpp``): same weights as :meth:`pack_int4`, but each
+        call quantizes its activations to int8 per row and group of 64 channels (integer dot
+        products), so results differ from the bf16-activation kernels by that rounding: a draft
+        model's kernel, never the served model's. Raises ValueError like :meth:`pack_int4`."""
+        _check(codes, torch.uint8)
+        n, k = codes.shape
+        if k % INT4_GROUP or scales_zeros.shape != (k // INT4_GROUP, n, 2):
+            raise ValueError(f"int4 weight [{n}, {k}] needs K % {INT4_GROUP} == 0 and scales_zeros "
+                             f"[{k // INT4_GROUP}, {n}, 2], got {tuple(scales_zeros.shape)}")
+        scale = scales_zeros[..., 0].float().contiguous()  # [K/64, N]
+        lo = (scales_zeros[..., 1].float() - 8 * scale).contiguous()  # w = q * scale + lo
+        data = huge_empty(self._lib.treespec_w4a8_bytes(n, k), torch.uint8)
+        panels = (n + 63) // 64
+        sl = torch.empty(panels * (k // INT4_GROUP) * 2 * 64, dtype=torch.float32)
+        self._lib.treespec_pack_w4a8(codes.contiguous().data_ptr(), scale.data_ptr(), lo.data_ptr(), data.data_ptr(),
+                                     sl.data_ptr(), n, k, torch.get_num_threads())
+        return PackedWeight(self, data, sl, n, k, "w4a8")
+
     def gemm(self, x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, out: torch.Tensor) -> None:
         """``out[M, N] = (x[M, Kp] @ W.T) * scales + bias``; all contiguous CPU tensors, x,
         bias and out bf16 (unchecked: :meth:`PackedWeight.linear` prepares them)."""
@@ -208,6 +239,12 @@ class PackedWeight:
     @property
     def shape(self) -> tuple[int, int]:
         return self.n, self.k
+
+    def to(self, device) -> "PackedWeight":
+        """This weight (CPU only: the kernel runs on the CPU); ValueError for another device."""
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"a packed {self.kind} weight runs on the CPU only, not {device}")
+        return self
 
     @property
     def nbytes(self) -> int:

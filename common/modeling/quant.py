@@ -11,6 +11,12 @@ Schemes (weight-only; activations and the KV cache keep the model dtype):
 - int4: asymmetric, per group of ``GROUP`` input channels (as in GPTQ/AWQ and gpt-fast's
   int4 path): ``w ~= q * scale + min`` with ``q`` in 0..15, packed by
   ``torch.ops.aten._convert_weight_to_int4pack_for_cpu``.
+- w4a8: int4's weights (same codes, scales and lows), with every projection's activations
+  rounded to int8 per row and group of ``GROUP`` channels inside treespec's W4A8 kernel
+  (``native.PackedGemmLibrary.pack_w4a8``; llama.cpp's Q4 x Q8 dot products do the same). Not
+  weight-only: the served model is the W4A8 one, every pass of every row count runs the same
+  kernel, and a row's result does not depend on the rows beside it (integer dot products), so
+  speculation stays lossless with respect to it. Needs the kernel's AVX512-VNNI variant.
 - int8: symmetric, one scale per output channel (gpt-fast's ``WeightOnlyInt8QuantHandler``;
   LLM.int8()'s vector-wise quantization, Dettmers et al. 2022, without its outlier
   decomposition): ``w ~= q * scale``, ``q`` in -127..127, ``scale = max|w_row| / 127``,
@@ -28,7 +34,7 @@ GROUP = 64  # input channels per scale/zero pair
 INNER_K_TILES = 2  # packing layout expected by the CPU int4 kernel
 INT4_MAX_ROWS = 16  # rows up to which the int4 kernel beats bf16 here (measured: equal at 16)
 INT8_MAX_ROWS = 16  # above: int8 -> dtype cast + dense GEMM (measured: int8 kernel 2x slower at 64 rows)
-MAIN_SCHEMES = ("none", "int8", "int4")
+MAIN_SCHEMES = ("none", "int8", "int4", "w4a8")
 
 
 def int4_supported(weight: torch.Tensor) -> bool:
@@ -92,12 +98,16 @@ class Int4Weight:
     main model's: its own dequantized weights, ``dequantize_int4``). With the dense copy, calls over more
     than ``INT4_MAX_ROWS`` rows (prefill, compute bound) use the bf16 GEMM instead.
     ``codes``: the ``[N, K]`` uint8 codes (0..15) until a kernel plan repacks them for the
-    packed kernel (``kernels.prepare``), then dropped (``kernels.planned``)."""
+    packed kernel (``kernels.prepare``), then dropped (``kernels.planned``).
+    ``exact``: every kernel must compute with bf16 activations (a main model's weight: what
+    it serves); False (a draft model's weight) also admits the W4A8 kernel, which rounds the
+    activations to int8 (``native.PackedGemmLibrary.pack_w4a8``)."""
 
     packed: torch.Tensor
     scales_zeros: torch.Tensor
     dense: torch.Tensor | None = None
     codes: torch.Tensor | None = None
+    exact: bool = True
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + bias``: ``x`` ``[..., K]`` bf16 -> ``[..., N]`` bf16."""
@@ -110,7 +120,7 @@ class Int4Weight:
         """The same weight on ``device``."""
         dense = None if self.dense is None else self.dense.to(device)
         codes = self.codes if torch.device(device).type == "cpu" else None  # only CPU has the packed kernel
-        return Int4Weight(self.packed.to(device), self.scales_zeros.to(device), dense, codes)
+        return Int4Weight(self.packed.to(device), self.scales_zeros.to(device), dense, codes, self.exact)
 
     @property
     def nbytes(self) -> int:
@@ -118,10 +128,11 @@ class Int4Weight:
         return sum(t.nbytes for t in (self.packed, self.scales_zeros, self.dense, self.codes) if t is not None)
 
 
-def _int4_weight(weight: torch.Tensor, dtype: torch.dtype, dense: torch.Tensor | None = None) -> Int4Weight:
+def _int4_weight(weight: torch.Tensor, dtype: torch.dtype, dense: torch.Tensor | None = None,
+                 exact: bool = True) -> Int4Weight:
     """An Int4Weight of ``weight`` holding torch's packing and (CPU only) the codes for ours."""
     q, sz = int4_codes(weight, dtype)
-    return Int4Weight(_torch_int4_pack(q), sz, dense, q if weight.device.type == "cpu" else None)
+    return Int4Weight(_torch_int4_pack(q), sz, dense, q if weight.device.type == "cpu" else None, exact)
 
 
 def quantize_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,11 +191,12 @@ def quantize_weights(weights: dict[str, torch.Tensor], keep_dense: bool = False)
     ``keep_dense`` keeps the bf16 matrix in ``Int4Weight.dense``. The int4
     kernel wins for the few rows of a decode / tree-level step (bandwidth bound) but loses
     to the bf16 GEMM on long prefills (compute bound), so ``model.linear`` picks per call.
-    Memory: dense adds 2 bytes per weight."""
+    Memory: dense adds 2 bytes per weight. These are a draft model's weights: its kernels need not
+    compute exactly (``Int4Weight.exact`` False admits the W4A8 kernel)."""
     out: dict[str, object] = {}
     for name, t in weights.items():
         if name.endswith(".weight") and t.dim() == 2 and int4_supported(t):
-            out[name] = _int4_weight(t, torch.bfloat16, dense=t if keep_dense else None)
+            out[name] = _int4_weight(t, torch.bfloat16, dense=t if keep_dense else None, exact=False)
         else:
             out[name] = t
     return out
@@ -198,16 +210,20 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
     is its own dequantized weights rounded to ``dtype``: multi-row passes (tree verification, prefill) run on that
     copy where the kernel plan measured it faster, at 2 more bytes per weight while it is kept);
     embeddings, norms, biases and the LM head stay in ``dtype``. Scales are kept in
-    ``dtype`` (the activations' dtype). ``none`` returns ``weights`` unchanged.
-    Raises ValueError for an unknown scheme."""
+    ``dtype`` (the activations' dtype). ``w4a8`` -> the W4A8 kernel's packed weights
+    (``native.PackedWeight``, module docstring). ``none`` returns ``weights`` unchanged.
+    Raises ValueError for an unknown scheme, or for ``w4a8`` without the kernel's VNNI variant."""
     if scheme not in MAIN_SCHEMES:
         raise ValueError(f"main_quantization must be one of {', '.join(MAIN_SCHEMES)}, got {scheme!r}")
     if scheme == "none":
         return weights
+    lib = _w4a8_library() if scheme == "w4a8" else None
     out: dict[str, object] = {}
     for name, t in weights.items():
         if not (name.endswith(".weight") and t.dim() == 2):
             out[name] = t
+        elif lib is not None:
+            out[name] = lib.pack_w4a8(*int4_codes(t, dtype)) if int4_supported(t) else t
         elif scheme == "int8":
             out[name] = Int8Weight(*quantize_int8(t, dtype))
         elif int4_supported(t):
@@ -216,6 +232,18 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
         else:
             out[name] = t
     return out
+
+
+def _w4a8_library():
+    """treespec's kernel library with its AVX512-VNNI W4A8 variant; ValueError naming what is missing."""
+    from common.modeling.native import library  # torch + ctypes; only a w4a8 main needs it
+    lib = library()
+    if lib is None or lib.w4a8_variant != "avx512vnni":
+        found = "no native kernel library (g++ missing or TREESPEC_NATIVE_KERNEL=0)" if lib is None else \
+            f"its {lib.w4a8_variant} variant (this CPU lacks avx512_vnni)"
+        raise ValueError(f"main_quantization=w4a8 needs treespec's W4A8 kernel built for AVX512-VNNI; found {found}. "
+                         "Use main_quantization=int4 on this host.")
+    return lib
 
 
 def weight_bytes(weights: dict[str, object]) -> int:

@@ -91,3 +91,80 @@ extern "C" void treespec_silu_mul(const bf16* gu, bf16* out, int64_t rows, int64
     }
   }
 }
+
+// Exact tree attention: softmax(q . k / sqrt(D)) v over each query row's visible cache columns, with
+// one fixed order of operations per row whatever else is in the pass. A query row sees a list of
+// columns (its committed prefix, the pending tokens, its tree ancestors: ascending positions); the
+// same token verified in a tree or decoded alone sees the same keys in the same order, so its
+// result is bit-identical (SDPA's blocked kernels sum in an order that depends on the pass's shape).
+// With projections that are row-independent too (the W4A8 kernel), speculation then reproduces
+// plain decoding bit for bit. Scores and sums in fp32; the softmax subtracts the row maximum.
+template <typename T> static inline float ld(const T* p, int64_t i) { return (float)p[i]; }
+template <> inline float ld<bf16>(const bf16* p, int64_t i) { return bf2f(p[i]); }
+static inline void st(float* p, int64_t i, float v) { p[i] = v; }
+static inline void st(bf16* p, int64_t i, float v) { p[i] = f2bf(v); }
+
+// q, out [N, H, D]; k, v: one layer's cache [slots, L, KVH, D]; row n reads slot row_slot[n] at the
+// columns cols[offsets[n] .. offsets[n + 1]). Grouped-query attention: H / KVH query heads per KV head.
+template <typename T>
+static void exact_attention(const T* q, const T* k, const T* v, T* out, const int64_t* row_slot,
+                            const int64_t* offsets, const int32_t* cols, int64_t N, int64_t H, int64_t KVH,
+                            int64_t D, int64_t L, float scale, int threads) {
+  const int64_t g = H / KVH, D16 = D / 16 * 16;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> qf(g * D), acc(g * D), s, linv(g);
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < N * KVH; ++task) {  // one (row, KV head): its g query heads share each K/V load
+      const int64_t n = task / KVH, kh = task % KVH, c0 = offsets[n], cnt = offsets[n + 1] - c0;
+      const int64_t base = row_slot[n] * L * KVH * D + kh * D, step = KVH * D;
+      for (int64_t i = 0; i < g * D; ++i) qf[i] = ld(q, (n * H + kh * g) * D + i);
+      s.assign(g * cnt, 0.f);
+      for (int64_t j = 0; j < cnt; ++j) {
+        const T* kr = k + base + (int64_t)cols[c0 + j] * step;
+        for (int64_t h = 0; h < g; ++h) {
+          const float* qh = qf.data() + h * D;
+          float part[16] = {0.f};  // 16 partial sums: vectorizes, in a fixed order
+          for (int64_t d = 0; d < D16; d += 16)
+            for (int i = 0; i < 16; ++i) part[i] += qh[d + i] * ld(kr, d + i);
+          float t = 0.f;
+          for (int64_t d = D16; d < D; ++d) t += qh[d] * ld(kr, d);
+          for (int i = 0; i < 16; ++i) t += part[i];
+          s[h * cnt + j] = t * scale;
+        }
+      }
+      for (int64_t h = 0; h < g; ++h) {
+        float* sh = s.data() + h * cnt;
+        float m = -INFINITY, l = 0.f;
+        for (int64_t j = 0; j < cnt; ++j) m = sh[j] > m ? sh[j] : m;
+        for (int64_t j = 0; j < cnt; ++j) sh[j] = exp_fast(sh[j] - m);
+        for (int64_t j = 0; j < cnt; ++j) l += sh[j];
+        linv[h] = l > 0.f ? 1.f / l : 0.f;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t j = 0; j < cnt; ++j) {
+        const T* vr = v + base + (int64_t)cols[c0 + j] * step;
+        for (int64_t h = 0; h < g; ++h) {
+          const float p = s[h * cnt + j];
+          float* a = acc.data() + h * D;
+          for (int64_t d = 0; d < D; ++d) a[d] += p * ld(vr, d);
+        }
+      }
+      for (int64_t h = 0; h < g; ++h)
+        for (int64_t d = 0; d < D; ++d) st(out, (n * H + kh * g + h) * D + d, acc[h * D + d] * linv[h]);
+    }
+  }
+}
+
+extern "C" void treespec_exact_attention_bf16(const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                                              const int64_t* row_slot, const int64_t* offsets, const int32_t* cols,
+                                              int64_t N, int64_t H, int64_t KVH, int64_t D, int64_t L, float scale,
+                                              int threads) {
+  exact_attention(q, k, v, out, row_slot, offsets, cols, N, H, KVH, D, L, scale, threads);
+}
+extern "C" void treespec_exact_attention_f32(const float* q, const float* k, const float* v, float* out,
+                                             const int64_t* row_slot, const int64_t* offsets, const int32_t* cols,
+                                             int64_t N, int64_t H, int64_t KVH, int64_t D, int64_t L, float scale,
+                                             int threads) {
+  exact_attention(q, k, v, out, row_slot, offsets, cols, N, H, KVH, D, L, scale, threads);
+}

@@ -105,3 +105,55 @@ class TestTreeForward:
         alone = forward_segments(tiny_main, cache, [c], [[7]], [tree[0]], [tree[1]])[0]
         assert out[0].shape == (3, tiny_main.spec.hidden_size) and out[1].shape[0] == 20
         torch.testing.assert_close(out[0], alone, atol=1e-4, rtol=1e-4)
+
+
+def _cache_pair(dtype):
+    """A 1-layer cache with two random slots of 20 and 30 committed rows, and a batch over them:
+    slot 0 verifies 1 pending token plus a 3-node chain, slot 1 decodes 2 pending tokens."""
+    from common.modeling.kv_cache import KVCache
+    g = torch.Generator().manual_seed(7)
+    cache = KVCache(1, 2, 64, 2, 16, dtype, "cpu")
+    slots = [cache.allocate(), cache.allocate()]
+    cache.k.copy_(torch.randn(cache.k.shape, generator=g))
+    cache.v.copy_(torch.randn(cache.v.shape, generator=g))
+    cache.lengths[slots[0]], cache.lengths[slots[1]] = 20, 30
+    _, _, mask = build_batch([20, 30], [[1], [2, 3]], [np.array([5, 6, 7]), EMPTY_I64],
+                             [np.array([ROOT, 0, 1]), EMPTY_I32])
+    q = torch.randn(2, mask.shape[2], 4, 16, generator=g).to(dtype)  # 4 query heads on 2 KV heads
+    return cache, slots, mask, q
+
+
+class TestExactAttention:
+    @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+    def test_matches_sdpa(self, dtype, tol):
+        """ExactAttention computes the same tree attention as SDPA (grouped-query heads, a tree and a padded segment) within float rounding."""
+        from common.modeling.attention import ExactAttention, tree_attention
+        from common.modeling.native import library
+        cache, slots, mask, q = _cache_pair(dtype)
+        ref = tree_attention(q, cache, 0, slots, mask)
+        out = ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
+        assert out.shape == ref.shape and out.dtype == dtype
+        assert torch.allclose(out[0].float(), ref[0].float(), atol=tol) and torch.allclose(out[1, :2].float(), ref[1, :2].float(), atol=tol)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_a_row_alone_is_bit_identical(self, dtype):
+        """The pending token's row computed alone equals, bit for bit, the same row inside the pass with its tree."""
+        from common.modeling.attention import ExactAttention
+        from common.modeling.native import library
+        cache, slots, mask, q = _cache_pair(dtype)
+        both = ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
+        alone_mask = mask[:1, :, :1, :21]
+        alone = ExactAttention(library(), alone_mask, slots[:1], [1], cache.max_len)(
+            q[:1, :1].contiguous(), cache, 0, slots[:1], alone_mask)
+        assert torch.equal(alone[0, 0], both[0, 0])
+
+    def test_long_segments_keep_sdpa(self, monkeypatch):
+        """A segment longer than EXACT_MAX_ROWS (a prompt prefill) is attended by SDPA while the short one beside it stays exact."""
+        from common.modeling import attention
+        from common.modeling.native import library
+        cache, slots, mask, q = _cache_pair(torch.float32)
+        exact = attention.ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
+        monkeypatch.setattr(attention, "EXACT_MAX_ROWS", 3)
+        mixed = attention.ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
+        assert torch.equal(mixed[1], exact[1])
+        assert torch.equal(mixed[0], attention.tree_attention(q, cache, 0, slots, mask)[0])

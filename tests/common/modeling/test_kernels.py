@@ -7,9 +7,11 @@ import torch.nn.functional as F
 
 from common.modeling.kernels import (KERNELS, PlannedWeight, apply_plan, candidates, choose, pick, planned, prepare,
                                      weight_format, weight_shape)
+from common.modeling.native import library
 from common.modeling.quant import quantize_main_weights, quantize_weights
 
 ROWS = (1, 3, 8, 16, 33)
+W4A8 = ("w4a8",) if library().w4a8_variant == "avx512vnni" else ()  # the draft's kernel, where VNNI exists
 
 
 def _weights(dtype=torch.bfloat16, keep_dense=True) -> dict:
@@ -37,9 +39,9 @@ class TestCandidates:
                 assert torch.allclose(y.float(), ref, atol=1e-2, rtol=1e-2), (kernel, rows)
 
     def test_every_int4_candidate_matches_its_reference(self):
-        """The int4 kernel equals the Int4Weight's own product, and so does the packed int4 kernel; dense/onednn equal F.linear on the kept bf16 copy."""
+        """The int4 kernel equals the Int4Weight's own product, and so does the packed int4 kernel (the W4A8 one within its int8 rounding); dense/onednn equal F.linear on the kept bf16 copy."""
         w = _weights()["layers.0.qkv.weight"]
-        assert weight_format(w) == "int4" and candidates(w) == ("int4", "dense", "onednn", "packed")
+        assert weight_format(w) == "int4" and candidates(w) == ("int4", "dense", "onednn", "packed", *W4A8)
         g = torch.Generator().manual_seed(2)
         for rows in ROWS:
             x = torch.randn(rows, 128, generator=g).to(torch.bfloat16)
@@ -51,6 +53,9 @@ class TestCandidates:
                 assert torch.allclose(y, ref, atol=1e-2, rtol=1e-2), (kernel, rows)
             packed = KERNELS["packed"](x, prepare("packed", w), None).float()  # int4 codes, like the int4 kernel
             assert torch.allclose(packed, int4.float(), atol=2e-2, rtol=2e-2), rows
+            for kernel in W4A8:
+                y = KERNELS[kernel](x, prepare(kernel, w), None).float()
+                assert torch.allclose(y, int4.float(), atol=3e-2, rtol=3e-2), (kernel, rows)
 
     def test_fp32_keeps_f_linear(self):
         """fp32 weights (reference runs, tests) have F.linear as their only kernel."""
@@ -66,8 +71,16 @@ class TestCandidates:
     def test_int4_without_dense_copy_has_only_its_kernel(self):
         """An Int4Weight without a bf16 copy runs the int4 kernel or (with its codes) the packed one; its shape comes from its scales."""
         w = quantize_weights({"a.weight": torch.randn(48, 128).to(torch.bfloat16)})["a.weight"]
-        assert candidates(w) == ("int4", "packed") and weight_shape(w) == (48, 128)
+        assert candidates(w) == ("int4", "packed", *W4A8) and weight_shape(w) == (48, 128)
         assert candidates(replace(w, codes=None)) == ("int4",)
+
+    def test_a_main_models_int4_weight_never_gets_the_w4a8_kernel(self):
+        """A served (main) model's int4 weight is exact: the kernel that rounds activations to int8 is not a candidate, while a draft's weight of the same matrix may use it."""
+        w = torch.randn(64, 128).to(torch.bfloat16)
+        main = quantize_main_weights({"a.weight": w}, "int4", torch.bfloat16)["a.weight"]
+        draft = quantize_weights({"a.weight": w})["a.weight"]
+        assert main.exact and "w4a8" not in candidates(main)
+        assert not draft.exact and ("w4a8" in candidates(draft)) == bool(W4A8)
 
     def test_int4_operand_drops_the_dense_copy(self):
         """The int4 kernel's operand holds no dense copy, so a ladder without dense steps frees it."""

@@ -102,6 +102,27 @@ class TestNumerics:
             alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(x.shape[0])])
             assert torch.equal(packed.linear(x), alone), name
 
+    def test_w4a8_matches_its_int8_activation_reference(self, variants):
+        """The W4A8 kernel computes sum_g xs * (scale * q.p + lo * sum p) with x rounded to int8 per row and group of 64 (an fp64 reference), within bf16 output rounding, rows independent of their batch, in every variant."""
+        g = torch.Generator().manual_seed(4)
+        for name, lib in variants.items():
+            for n, k in ((64, 128), (100, 192), (256, 1024 + 64)):  # ragged panels, a K past one chunk
+                q, sz = int4_codes((torch.randn(n, k, generator=g) * 0.05).bfloat16())
+                scale, lo = sz[..., 0].double().T, (sz[..., 1].double() - 8 * sz[..., 0].double()).T  # [N, K/64]
+                b = torch.randn(n, generator=g).bfloat16()
+                packed = lib.pack_w4a8(q, sz)
+                x = torch.randn(max(ROWS), k, generator=g).bfloat16()
+                xg = x.double().view(-1, k // 64, 64)
+                xs = xg.abs().amax(-1, keepdim=True) / 127  # [M, K/64, 1]
+                p = (xg / xs).round().clamp(-127, 127)
+                dots = torch.einsum("mgk,ngk->mng", p, q.double().view(n, k // 64, 64))  # [M, N, K/64]
+                ref = ((dots * scale + lo * p.sum(-1)[:, None, :]) * xs[:, None, :, 0]).sum(-1) + b.double()
+                for rows in ROWS:
+                    y = packed.linear(x[:rows], b).double()
+                    assert torch.allclose(y, ref[:rows], atol=1e-2, rtol=1e-2), (name, lib.w4a8_variant, n, k, rows)
+                alone = torch.cat([packed.linear(x[i:i + 1], b) for i in range(x.shape[0])])
+                assert torch.equal(packed.linear(x, b), alone), (name, lib.w4a8_variant)
+
     def test_leading_dims_and_dtype_round_trip(self):
         """[B, T, K] inputs keep their leading dims; fp32 inputs come back fp32; zero rows give an empty result."""
         lib = library()
@@ -130,6 +151,11 @@ class TestErrors:
         """int4 packing of a K that is not a multiple of 64 raises ValueError instead of reading past a row."""
         with pytest.raises(ValueError, match="K % 64"):
             library().pack_int4(torch.zeros(64, 96, dtype=torch.uint8), torch.ones(1, 64, 2))
+
+    def test_w4a8_needs_whole_groups(self):
+        """W4A8 packing of a K that is not a multiple of 64 raises ValueError instead of reading past a row."""
+        with pytest.raises(ValueError, match="K % 64"):
+            library().pack_w4a8(torch.zeros(64, 96, dtype=torch.uint8), torch.ones(1, 64, 2))
 
     def test_wrong_feature_count_is_refused(self):
         """An input whose last dimension is not K raises ValueError before the kernel reads past the rows."""

@@ -1,0 +1,205 @@
+// treespec's W4A8 projection kernel: y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]) with int4 weights
+// and activations quantized to int8 inside the call, integer dot products (AVX512-VNNI VPDPBUSD).
+// Built with packed_gemm.cpp by common/modeling/native.py. For a draft model only: quantizing the
+// activations changes its numbers (a draft's proposals need not be exact; the main model's must).
+//
+// Why: the int4 kernels that widen codes to bf16 (packed_gemm.cpp's micro4, torch's int4 kernel)
+// spend about as long on that widening as on streaming the weights, so on 2-core hosts they
+// stream 10-11 GB/s where bf16 streams about 20. With int8 activations one VPDPBUSD multiplies
+// 64 codes (unsigned bytes, 0..15) by 64 activations (signed bytes) and sums each 4 into 16 int32
+// lanes, after only a mask and a shift to split the nibbles (llama.cpp's Q4 x Q8 dot product does
+// the same, ggml-cpu quants.c; VNNI: Intel SDM vol. 2, VPDPBUSD).
+//
+// Scheme, per group of 64 input channels g and output channel n (the int4 codes of quant.py):
+//   w[n, k] = q[n, k] * scale[g, n] + lo[g, n]                   q in 0..15
+//   x[m, k] ~= xs[m, g] * p[m, k],  xs = max_k |x[m, k]| / 127,  p = round(x / xs) in -127..127
+//   y[m, n] = sum_g xs[m, g] * (scale[g, n] * sum_k q p  +  lo[g, n] * sum_k p)
+// The inner sums are exact int32 (at most 64 * 15 * 127); the float epilogue runs per row in the
+// same order whatever M is, so a row's result does not depend on the rows beside it.
+//
+// Layout: panels of 64 output channels; per group, 8 octets of input channels; per octet 4 blocks
+// of 64 bytes (16 outputs each), byte 4j+t of block v holding output 16v+j's code for channel
+// 8o+t in its low nibble and 8o+4+t in its high nibble. Per panel and group: 64 scales then 64 lows
+// (fp32), as in packed_gemm.cpp's int4 layout.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+#include "bf16.h"
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define W4A8_VNNI 1
+#endif
+
+static const int64_t W_PANEL = 64;  // output channels per panel
+static const int64_t W_GROUP = 64;  // input channels per scale/low and per activation scale
+static const int64_t W_KC = 512;    // input channels per chunk (a panel's chunk, 16 KiB, stays in L1/L2)
+
+static inline int64_t w_panels(int64_t N) { return (N + W_PANEL - 1) / W_PANEL; }
+
+// Per row and group: int8 codes p, scale xs and xs * sum(p) (the lows' weight).
+static void quantize_rows(const bf16* x, int64_t M, int64_t K, int8_t* p, float* xs, float* xsum) {
+  const int64_t groups = K / W_GROUP;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < groups; ++g) {
+      const bf16* xr = x + m * K + g * W_GROUP;
+      float amax = 0.f;
+      for (int64_t k = 0; k < W_GROUP; ++k) amax = std::max(amax, std::fabs(bf2f(xr[k])));
+      const float s = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
+      int32_t sum = 0;
+      for (int64_t k = 0; k < W_GROUP; ++k) {
+        const int32_t q = (int32_t)std::nearbyint(std::min(127.f, std::max(-127.f, bf2f(xr[k]) * inv)));
+        p[m * K + g * W_GROUP + k] = (int8_t)q;
+        sum += q;
+      }
+      xs[m * groups + g] = s;
+      xsum[m * groups + g] = s * (float)sum;
+    }
+}
+
+#ifdef W4A8_VNNI
+#define W4A8_VARIANT "avx512vnni"
+// out[i][0:64] += groups [g0, g0 + gn) of R rows (p rows of length K, chunk-relative pointers)
+template <int R>
+static void micro(const int8_t* p, int64_t K, const uint8_t* w, const float* sl, const float* xs,
+                  const float* xsum, int64_t groups, int64_t gn, float* out) {
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  for (int64_t g = 0; g < gn; ++g) {
+    __m512i a[R][4];
+    for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_si512();
+    for (int64_t o = 0; o < W_GROUP / 8; ++o, w += 4 * 64) {
+      __m512i lo[4], hi[4];
+      for (int v = 0; v < 4; ++v) {
+        const __m512i b = _mm512_loadu_si512((const void*)(w + v * 64));
+        lo[v] = _mm512_and_si512(b, nib);
+        hi[v] = _mm512_and_si512(_mm512_srli_epi16(b, 4), nib);
+      }
+      for (int i = 0; i < R; ++i) {
+        const int8_t* pr = p + i * K + g * W_GROUP + 8 * o;
+        int32_t q0, q1;
+        std::memcpy(&q0, pr, 4);
+        std::memcpy(&q1, pr + 4, 4);
+        const __m512i x0 = _mm512_set1_epi32(q0), x1 = _mm512_set1_epi32(q1);
+        for (int v = 0; v < 4; ++v) a[i][v] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[i][v], lo[v], x0), hi[v], x1);
+      }
+    }
+    const float* s = sl + g * 2 * W_PANEL;
+    for (int i = 0; i < R; ++i) {
+      const __m512 xsi = _mm512_set1_ps(xs[i * groups + g]), xsumi = _mm512_set1_ps(xsum[i * groups + g]);
+      for (int v = 0; v < 4; ++v) {
+        float* o = out + i * W_PANEL + v * 16;
+        const __m512 t = _mm512_fmadd_ps(_mm512_loadu_ps(s + W_PANEL + v * 16), xsumi, _mm512_loadu_ps(o));
+        const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(a[i][v]), _mm512_mul_ps(_mm512_loadu_ps(s + v * 16), xsi));
+        _mm512_storeu_ps(o, _mm512_add_ps(t, d));
+      }
+    }
+  }
+}
+static const int W_MB = 4;  // rows per register block: 16 int32 accumulators + 8 nibble registers
+#else
+#define W4A8_VARIANT "portable"
+template <int R>
+static void micro(const int8_t* p, int64_t K, const uint8_t* w, const float* sl, const float* xs,
+                  const float* xsum, int64_t groups, int64_t gn, float* out) {
+  for (int64_t g = 0; g < gn; ++g) {
+    int32_t a[R][W_PANEL] = {};
+    for (int64_t o = 0; o < W_GROUP / 8; ++o, w += 4 * 64)
+      for (int i = 0; i < R; ++i) {
+        const int8_t* pr = p + i * K + g * W_GROUP + 8 * o;
+        for (int v = 0; v < 4; ++v)
+          for (int j = 0; j < 16; ++j)
+            for (int t = 0; t < 4; ++t) {
+              const uint8_t b = w[v * 64 + 4 * j + t];
+              a[i][16 * v + j] += (b & 15) * pr[t] + (b >> 4) * pr[4 + t];
+            }
+      }
+    const float* s = sl + g * 2 * W_PANEL;
+    for (int i = 0; i < R; ++i)
+      for (int n = 0; n < W_PANEL; ++n) {
+        float* o = out + i * W_PANEL + n;
+        const float t = std::fma(s[W_PANEL + n], xsum[i * groups + g], *o);  // the VNNI path's operations
+        *o = t + (float)a[i][n] * (s[n] * xs[i * groups + g]);
+      }
+  }
+}
+static const int W_MB = 1;
+#endif
+
+extern "C" const char* treespec_w4a8_variant() { return W4A8_VARIANT; }
+// Bytes of a packed [N, K] weight's codes (K a multiple of 64).
+extern "C" int64_t treespec_w4a8_bytes(int64_t N, int64_t K) { return w_panels(N) * W_PANEL * K / 2; }
+
+// codes [N, K] (0..15, one per byte), scale/lo [K/64, N] fp32 -> panels (header) and per-panel
+// [K/64][2][64] fp32 (scales then lows, zero past N).
+extern "C" void treespec_pack_w4a8(const uint8_t* codes, const float* scale, const float* lo, uint8_t* out,
+                                   float* sl, int64_t N, int64_t K, int threads) {
+  const int64_t panels = w_panels(N), groups = K / W_GROUP;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t b = 0; b < panels; ++b) {
+    uint8_t* o = out + b * W_PANEL * K / 2;
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t oc = 0; oc < W_GROUP / 8; ++oc)
+        for (int64_t v = 0; v < 4; ++v)
+          for (int64_t j = 0; j < 16; ++j)
+            for (int64_t t = 0; t < 4; ++t) {
+              const int64_t n = b * W_PANEL + 16 * v + j, k = g * W_GROUP + 8 * oc + t;
+              const uint8_t c0 = n < N ? (uint8_t)(codes[n * K + k] & 15) : 0;
+              const uint8_t c1 = n < N ? (uint8_t)(codes[n * K + k + 4] & 15) : 0;
+              *o++ = (uint8_t)(c0 | (c1 << 4));
+            }
+    float* s = sl + b * groups * 2 * W_PANEL;
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < W_PANEL; ++j) {
+        const int64_t n = b * W_PANEL + j;
+        s[g * 2 * W_PANEL + j] = n < N ? scale[g * N + n] : 0.f;
+        s[g * 2 * W_PANEL + W_PANEL + j] = n < N ? lo[g * N + n] : 0.f;
+      }
+  }
+}
+
+template <int R>
+static void block(const int8_t* p, int64_t K, const uint8_t* w, const float* sl, const float* xs, const float* xsum,
+                  int64_t groups, int64_t gn, float* out) {
+  micro<R>(p, K, w, sl, xs, xsum, groups, gn, out);
+}
+
+// y [M, N] bf16 = x [M, K] bf16 times the packed weight (+ bias [N] bf16 or null); K % 64 == 0.
+extern "C" void treespec_gemm_w4a8(const bf16* x, const uint8_t* packed, const float* sl, const bf16* bias, bf16* y,
+                                   int64_t M, int64_t N, int64_t K, int threads) {
+  const int64_t panels = w_panels(N), groups = K / W_GROUP;
+  std::vector<int8_t> p(M * K);
+  std::vector<float> xs(M * groups), xsum(M * groups);
+  quantize_rows(x, M, K, p.data(), xs.data(), xsum.data());
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> out(M * W_PANEL);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < panels; ++b) {
+      std::fill(out.begin(), out.end(), 0.f);
+      const uint8_t* panel = packed + b * W_PANEL * K / 2;
+      const float* s = sl + b * groups * 2 * W_PANEL;
+      for (int64_t k0 = 0; k0 < K; k0 += W_KC) {
+        const int64_t g0 = k0 / W_GROUP, gn = std::min(W_KC, K - k0) / W_GROUP;
+        const uint8_t* w = panel + k0 / 2 * W_PANEL;
+        const float* sg = s + g0 * 2 * W_PANEL;
+        int64_t m = 0;
+        for (; m + W_MB <= M; m += W_MB)
+          block<W_MB>(p.data() + m * K + k0, K, w, sg, xs.data() + m * groups + g0, xsum.data() + m * groups + g0,
+                      groups, gn, out.data() + m * W_PANEL);
+        const int8_t* pr = p.data() + m * K + k0;
+        const float *xr = xs.data() + m * groups + g0, *sr = xsum.data() + m * groups + g0;
+        float* orow = out.data() + m * W_PANEL;
+        switch (M - m) {  // the remainder as one block: every code is split once per block
+          case 3: block<3>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
+          case 2: block<2>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
+          case 1: block<1>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
+          default: break;
+        }
+      }
+      const int64_t n0 = b * W_PANEL, nn = std::min(W_PANEL, N - n0);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < nn; ++j)
+          y[m * N + n0 + j] = f2bf(out[m * W_PANEL + j] + (bias ? bf2f(bias[n0 + j]) : 0.f));
+    }
+  }
+}
