@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,9 @@ class Config:
     device: str = "cpu"
     draft_vocab_size: int = 32768  # draft LM-head rows kept (FR-Spec); 0 = full vocabulary
     draft_quantization: str = "int4"  # int4 | int8 (CPU weight-only kernels) | none
-    main_quantization: str = "none"  # none | int8 | int4 (weight-only) | w4a8 (int4 weights, int8 activations), CPU; lossless w.r.t. it
+    # none | int8 | int4 (weight-only) | w4a8 (int4 weights, int8 activations): a quantized main model
+    # (CPU); speculation is lossless with respect to it
+    main_quantization: str = "none"
     # int4 main: keep a bf16 copy of its own dequantized weights, which the kernel plan runs multi-row
     # passes (tree verification, prefill) on where it measured them faster; false saves 2 bytes/weight.
     main_int4_dense: bool = True
@@ -145,13 +148,37 @@ def _validate_main_quantization(cfg: Config) -> None:
     if cfg.device != "cpu":
         raise ConfigError(f"main_quantization={q} needs device=cpu (torch's CPU weight-only kernels), "
                           f"got device={cfg.device!r}; use main_quantization=none on accelerators")
-    if q == "w4a8" and cfg.dtype == "float16":
-        raise ConfigError("main_quantization=w4a8 needs dtype bfloat16 or float32 (its exact attention kernel), "
-                          "got float16")
+    if q == "w4a8":
+        _validate_w4a8(cfg)
     if cfg.tensor_parallel_size > 1:
         raise ConfigError(f"main_quantization={q} cannot be combined with tensor_parallel_size="
                           f"{cfg.tensor_parallel_size} (quantized weights are not sharded); "
                           "set one of them to none / 1")
+
+
+def _validate_w4a8(cfg: Config) -> None:
+    """The W4A8 kernel is treespec's own C++ (g++ at the first start) for AVX512-VNNI CPUs."""
+    if cfg.dtype == "float16":
+        raise ConfigError("main_quantization=w4a8 needs dtype bfloat16 or float32 (its exact attention kernel), "
+                          "got float16")
+    flags = cpu_flags()
+    if flags is not None and "avx512_vnni" not in flags:
+        raise ConfigError("main_quantization=w4a8 needs a CPU with AVX512-VNNI (avx512_vnni is not in "
+                          "/proc/cpuinfo here); use main_quantization=int4")
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        raise ConfigError("main_quantization=w4a8 needs a C++ compiler to build its kernel (g++, or $CXX); "
+                          "install g++ or use main_quantization=int4")
+
+
+def cpu_flags() -> set[str] | None:
+    """This host's CPU feature flags from /proc/cpuinfo; None where there is no such file."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return set()
 
 
 def _coerce(key: str, value: Any) -> Any:

@@ -1,9 +1,11 @@
-"""treespec's own CPU projection kernel (``csrc/packed_gemm.cpp``): built for this host at
-first use, loaded with ctypes, run on weights repacked once into 64-channel panels.
+"""treespec's own CPU kernels (``csrc/packed_gemm.cpp``, ``csrc/w4a8_gemm.cpp``,
+``csrc/decoder_ops.cpp``): built for this host at first use, loaded with ctypes; the projection
+kernels run on weights repacked once into 64-channel panels.
 
 Weights: bf16, int8 with one scale per output channel (half the bytes per step), or int4
 with a scale and low per group of 64 input channels (a quarter; the draft's default and
-``main_quantization = int4``).
+``main_quantization = int4``). int4 weights also run in the W4A8 kernel, which rounds the
+activations to int8 and uses integer dot products (AVX512-VNNI; ``pack_w4a8``).
 
 Why a kernel of our own: a decode step streams every weight once for 1 row (a plain step)
 or 8-64 rows (a token tree), so it is memory-bandwidth bound; torch's bf16 kernels on CPUs
@@ -128,8 +130,6 @@ class PackedGemmLibrary:
         self._lib.treespec_pack_int4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_int]
         self._lib.treespec_gemm_int4.argtypes = self._lib.treespec_gemm_int8.argtypes
         self._lib.treespec_w4a8_variant.restype = ctypes.c_char_p
-        self._lib.treespec_w4a8_bytes.restype = ctypes.c_int64
-        self._lib.treespec_w4a8_bytes.argtypes = [ctypes.c_int64] * 2
         self._lib.treespec_pack_w4a8.argtypes = self._lib.treespec_pack_int4.argtypes
         self._lib.treespec_gemm_w4a8.argtypes = self._lib.treespec_gemm_int8.argtypes
         self._lib.treespec_rms_norm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_float,
@@ -174,6 +174,18 @@ class PackedGemmLibrary:
         """Repack int4 ``codes`` ``[N, K]`` (uint8, 0..15) with ``scales_zeros`` ``[K/64, N, 2]``
         (:func:`~common.modeling.quant.int4_codes`: ``w = (q - 8) * scale + zero`` per group of
         64 input channels). Raises ValueError for other dtypes/shapes or K not a multiple of 64."""
+        return self._pack_int4_codes(codes, scales_zeros, "int4")
+
+    def pack_w4a8(self, codes: torch.Tensor, scales_zeros: torch.Tensor) -> PackedWeight:
+        """The same int4 weights as :meth:`pack_int4`, for the W4A8 kernel (``csrc/w4a8_gemm.cpp``):
+        each call rounds its activations to int8 per row and group of 64 channels (integer dot
+        products), so its results differ from the bf16-activation kernels by that rounding. A draft
+        model's candidate kernel; a main model's only as ``main_quantization = w4a8``, which runs it
+        for every pass. Raises ValueError like :meth:`pack_int4`."""
+        return self._pack_int4_codes(codes, scales_zeros, "w4a8")
+
+    def _pack_int4_codes(self, codes: torch.Tensor, scales_zeros: torch.Tensor, kind: str) -> PackedWeight:
+        """Both int4 layouts: ``ceil(N/64)*64 * K/2`` code bytes and per panel ``[K/64][2][64]`` fp32."""
         _check(codes, torch.uint8)
         n, k = codes.shape
         if k % INT4_GROUP or scales_zeros.shape != (k // INT4_GROUP, n, 2):
@@ -183,29 +195,10 @@ class PackedGemmLibrary:
         lo = (scales_zeros[..., 1].float() - 8 * scale).contiguous()  # w = q * scale + lo
         data = huge_empty(self._lib.treespec_packed_elems(n, k) // 2, torch.uint8)
         sl = torch.empty(self._lib.treespec_packed_elems(n, k) // k * (k // INT4_GROUP) * 2, dtype=torch.float32)
-        self._lib.treespec_pack_int4(codes.contiguous().data_ptr(), scale.data_ptr(), lo.data_ptr(), data.data_ptr(),
-                                     sl.data_ptr(), n, k, torch.get_num_threads())
-        return PackedWeight(self, data, sl, n, k, "int4")
-
-    def pack_w4a8(self, codes: torch.Tensor, scales_zeros: torch.Tensor) -> PackedWeight:
-        """Repack int4 ``codes`` ``[N, K]`` (uint8, 0..15) with ``scales_zeros`` ``[K/64, N, 2]``
-        for the W4A8 kernel (``csrc/w4a8_gemm.cpp``): same weights as :meth:`pack_int4`, but each
-        call quantizes its activations to int8 per row and group of 64 channels (integer dot
-        products), so results differ from the bf16-activation kernels by that rounding: a draft
-        model's kernel, never the served model's. Raises ValueError like :meth:`pack_int4`."""
-        _check(codes, torch.uint8)
-        n, k = codes.shape
-        if k % INT4_GROUP or scales_zeros.shape != (k // INT4_GROUP, n, 2):
-            raise ValueError(f"int4 weight [{n}, {k}] needs K % {INT4_GROUP} == 0 and scales_zeros "
-                             f"[{k // INT4_GROUP}, {n}, 2], got {tuple(scales_zeros.shape)}")
-        scale = scales_zeros[..., 0].float().contiguous()  # [K/64, N]
-        lo = (scales_zeros[..., 1].float() - 8 * scale).contiguous()  # w = q * scale + lo
-        data = huge_empty(self._lib.treespec_w4a8_bytes(n, k), torch.uint8)
-        panels = (n + 63) // 64
-        sl = torch.empty(panels * (k // INT4_GROUP) * 2 * 64, dtype=torch.float32)
-        self._lib.treespec_pack_w4a8(codes.contiguous().data_ptr(), scale.data_ptr(), lo.data_ptr(), data.data_ptr(),
-                                     sl.data_ptr(), n, k, torch.get_num_threads())
-        return PackedWeight(self, data, sl, n, k, "w4a8")
+        pack = self._lib.treespec_pack_int4 if kind == "int4" else self._lib.treespec_pack_w4a8
+        pack(codes.contiguous().data_ptr(), scale.data_ptr(), lo.data_ptr(), data.data_ptr(), sl.data_ptr(), n, k,
+             torch.get_num_threads())
+        return PackedWeight(self, data, sl, n, k, kind)
 
     def gemm(self, x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, out: torch.Tensor) -> None:
         """``out[M, N] = (x[M, Kp] @ W.T) * scales + bias``; all contiguous CPU tensors, x,

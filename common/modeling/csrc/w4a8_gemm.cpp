@@ -1,7 +1,8 @@
 // treespec's W4A8 projection kernel: y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]) with int4 weights
 // and activations quantized to int8 inside the call, integer dot products (AVX512-VNNI VPDPBUSD).
-// Built with packed_gemm.cpp by common/modeling/native.py. For a draft model only: quantizing the
-// activations changes its numbers (a draft's proposals need not be exact; the main model's must).
+// Built with packed_gemm.cpp by common/modeling/native.py. Rounding the activations changes the
+// model's numbers, so a main model runs it only as main_quantization = w4a8, for every pass (the
+// served model is then this one); a draft's kernel probe may pick it at any row count.
 //
 // Why: the int4 kernels that widen codes to bf16 (packed_gemm.cpp's micro4, torch's int4 kernel)
 // spend about as long on that widening as on streaming the weights, so on 2-core hosts they
@@ -126,8 +127,6 @@ static const int W_MB = 1;
 #endif
 
 extern "C" const char* treespec_w4a8_variant() { return W4A8_VARIANT; }
-// Bytes of a packed [N, K] weight's codes (K a multiple of 64).
-extern "C" int64_t treespec_w4a8_bytes(int64_t N, int64_t K) { return w_panels(N) * W_PANEL * K / 2; }
 
 // codes [N, K] (0..15, one per byte), scale/lo [K/64, N] fp32 -> panels (header) and per-panel
 // [K/64][2][64] fp32 (scales then lows, zero past N).
