@@ -104,46 +104,34 @@ def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int]
     return out.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, H * D)
 
 
-EXACT_MAX_ROWS = 256  # rows of a segment up to which ExactAttention runs it (longer: prompt prefills, SDPA)
-
-
 class ExactAttention:
     """Tree attention whose result for a query row does not depend on the other rows of the
     pass (``csrc/decoder_ops.cpp``, ``exact_attention``): each row sums over its visible
-    columns in ascending order, so a token verified inside a tree and the same token decoded
-    alone get bit-identical outputs. SDPA's blocked kernels sum in an order that depends on the
-    pass's shape, which is harmless for continuous math but not for a model that rounds its
-    activations (W4A8: one flipped int8 rounding can change a near-tie greedy token).
+    columns in ascending order, so a token verified inside a tree, decoded alone, or re-prefilled
+    with its whole prompt gets bit-identical outputs. SDPA's blocked kernels sum in an order that
+    depends on the pass's shape, which is harmless for continuous math but not for a model that
+    rounds its activations (W4A8: one flipped int8 rounding can change a near-tie greedy token).
 
     Built once per forward from its ``mask`` ``[B, 1, T, S]`` (bool): per row, the slot and the
-    list of visible columns (CSR: ``offsets`` ``[B' * T + 1]`` int64, ``cols`` int32). Segments
-    longer than ``EXACT_MAX_ROWS`` (prompt prefills: the same pass in plain and speculative
-    decoding) keep SDPA, whose cost grows better with length. bf16 and fp32 CPU tensors only.
+    list of visible columns (CSR: ``offsets`` ``[B * T + 1]`` int64, ``cols`` int32); every
+    segment, prompt prefills included (a prefill's cost grows as T * S, like SDPA's).
     ``lib``: a loaded ``native.PackedGemmLibrary``."""
 
-    def __init__(self, lib, mask: torch.Tensor, slots: list[int], lengths: list[int] | None, max_len: int) -> None:
-        B, _, T, _ = mask.shape
-        lengths = lengths or [T] * B
-        self.lib, self.short = lib, [b for b, n in enumerate(lengths) if n <= EXACT_MAX_ROWS]
-        m = mask[self.short, 0, :, :max_len]  # [B', T, S]
+    def __init__(self, lib, mask: torch.Tensor, slots: list[int], max_len: int) -> None:
+        T = mask.shape[2]
+        m = mask[:, 0, :, :max_len]  # [B, T, S]
+        self.lib = lib
         self.cols = m.nonzero()[:, 2].to(torch.int32).contiguous()  # row-major: each row's columns ascending
-        self.offsets = torch.zeros(len(self.short) * T + 1, dtype=torch.int64)
+        self.offsets = torch.zeros(m.shape[0] * T + 1, dtype=torch.int64)
         self.offsets[1:] = m.sum(-1).reshape(-1).cumsum(0)
-        self.row_slot = torch.tensor([slots[b] for b in self.short], dtype=torch.int64).repeat_interleave(T)
+        self.row_slot = torch.tensor(slots, dtype=torch.int64).repeat_interleave(T)
 
     def __call__(self, q: torch.Tensor, cache: KVCache, layer: int, slots: list[int], mask: torch.Tensor) -> torch.Tensor:
-        """Like :func:`tree_attention`: q ``[B, T, heads, D]`` -> ``[B, T, heads * D]``."""
-        if not self.short:
-            return tree_attention(q, cache, layer, slots, mask)
-        every = len(self.short) == q.shape[0]
-        exact = self._run(q if every else q[self.short], cache, layer)
-        if every:
-            return exact
-        out = tree_attention(q, cache, layer, slots, mask)
-        out[self.short] = exact
-        return out
-
-    def _run(self, q: torch.Tensor, cache: KVCache, layer: int) -> torch.Tensor:
+        """Like :func:`tree_attention`: q ``[B, T, heads, D]`` (bf16 or fp32, the cache's dtype,
+        CPU) -> ``[B, T, heads * D]``. Raises ValueError for another dtype or device."""
+        if q.dtype not in (torch.bfloat16, torch.float32) or cache.k.dtype != q.dtype or q.device.type != "cpu":
+            raise ValueError(f"exact attention takes bf16 or fp32 CPU tensors of the cache's dtype, got q "
+                             f"{q.dtype} on {q.device}, cache {cache.k.dtype}")
         B, T, H, D = q.shape
         q = q.contiguous()
         out = torch.empty_like(q)

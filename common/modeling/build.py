@@ -58,8 +58,10 @@ def _special_ids(tok, vocab: int) -> list[int]:
 def main_model(cfg: Config) -> tuple[DecoderModel, object]:
     """The main (target) model. ``main_quantization`` int8 / int4 replaces its layer
     projection matrices by weight-only quantized ones (``quant.quantize_main_weights``) and its
-    LM head by int8 (activations and KV cache keep ``dtype``): the served model is then that
-    quantized model, and speculation is lossless with respect to it."""
+    LM head by int8 (activations and KV cache keep ``dtype``); w4a8 runs them in the W4A8 kernel,
+    with row-independent passes (``_row_independent``): the served model is then that
+    quantized model, and speculation is lossless with respect to it. Raises ValueError for w4a8
+    where its kernel cannot run (no g++, no AVX512-VNNI)."""
     spec, weights, tok = load_weights(cfg.main_model_path, cfg.dtype)
     if cfg.main_quantization != "none":
         weights = quantize_main_weights(weights, cfg.main_quantization, DTYPES[cfg.dtype], cfg.main_int4_dense)
@@ -84,7 +86,7 @@ def _row_independent(model: DecoderModel) -> None:
     lib = library()
     head = model.head_weight
     model.head_weight = lib.pack_int8(head.q, head.scales.float())
-    model.exact = lib
+    model.exact_lib = lib
 
 
 def with_kernels(cfg: Config, model: DecoderModel) -> DecoderModel:

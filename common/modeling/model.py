@@ -125,7 +125,7 @@ class DecoderModel:
         self.head_weight = head if head_ids is None else head[head_ids].contiguous()
         self._cos, self._sin = rope_tables(spec, spec.max_positions, dtype, device)
         self.kernel_plan = None  # kernel_probe.KernelPlan once kernel_probe.install ran
-        self.exact = None  # a native library: attention by ExactAttention (a W4A8 main: row-independent passes)
+        self.exact_lib = None  # a native library: attention by ExactAttention (a W4A8 main: row-independent passes)
         self.ops = fused_ops.for_model(dtype, device)  # element-wise ops: C++ for bf16 on CPU
 
     def _local_kv(self) -> int:
@@ -160,8 +160,7 @@ class DecoderModel:
         x = self.w["embed"][tokens]  # [B, T, H] or [1, N, H] (a copy: the layers add into it in place)
         cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D] or [1, N, D]
         starts = [cache.lengths[s] for s in slots]
-        attend = tree_attention if self.exact is None else ExactAttention(self.exact, mask, slots, lengths,
-                                                                          cache.max_len)
+        attend = tree_attention if self.exact_lib is None else ExactAttention(self.exact_lib, mask, slots, cache.max_len)
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):
             x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask, rag, attend)

@@ -77,7 +77,7 @@ def _writable_dir(preferred: Path | None) -> Path:
 
 
 def build(out_dir: Path | None, march: str = "native") -> Path | None:
-    """Compile ``csrc/packed_gemm.cpp`` and ``csrc/decoder_ops.cpp`` for ``-march=march`` into
+    """Compile ``SOURCES`` (packed_gemm, w4a8_gemm, decoder_ops) for ``-march=march`` into
     ``out_dir`` (kept across starts: the file name hashes sources, compiler, flags and CPU) and
     return the ``.so`` path; None when no compiler is found or the build fails (logged, never raised)."""
     log = structlog.get_logger("kernels")
@@ -219,8 +219,8 @@ def _check(weight: torch.Tensor, dtype: torch.dtype) -> None:
 class PackedWeight:
     """A ``[N, K]`` weight in the kernel's panel layout, by ``kind``: ``bf16`` (``data`` flat
     bf16, ``ceil(N/64)*64 * K_even`` elements), ``int8`` (int8 ``data``, ``scales`` fp32
-    ``[N]``) or ``int4`` (``data`` two codes per byte, ``scales`` the per-panel group scales
-    and lows, fp32)."""
+    ``[N]``), ``int4`` or ``w4a8`` (``data`` two codes per byte in that kernel's layout,
+    ``scales`` the per-panel group scales and lows, fp32)."""
 
     lib: PackedGemmLibrary
     data: torch.Tensor

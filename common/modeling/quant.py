@@ -222,8 +222,8 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
     for name, t in weights.items():
         if not (name.endswith(".weight") and t.dim() == 2):
             out[name] = t
-        elif lib is not None:
-            out[name] = lib.pack_w4a8(*int4_codes(t, dtype)) if int4_supported(t) else t
+        elif lib is not None:  # a shape int4 cannot pack runs the packed bf16 kernel, row-independent as well
+            out[name] = lib.pack_w4a8(*int4_codes(t, dtype)) if int4_supported(t) else lib.pack(t.to(torch.bfloat16))
         elif scheme == "int8":
             out[name] = Int8Weight(*quantize_int8(t, dtype))
         elif int4_supported(t):

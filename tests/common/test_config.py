@@ -84,23 +84,9 @@ class TestMainQuantization:
         with pytest.raises(ConfigError, match="main_quantization=int8 needs device=cpu.*cuda"):
             load_config(overrides={"main_quantization": "int8", "device": "cuda"}, environ={})
 
-    def test_w4a8_accepted_where_its_kernel_builds(self):
-        """main_quantization=w4a8 loads on a host with avx512_vnni and g++ (this project's CI hosts)."""
+    def test_w4a8_accepted(self):
+        """main_quantization=w4a8 loads (the host checks, AVX512-VNNI and g++, are the worker's, when it builds the kernel)."""
         assert load_config(overrides={"main_quantization": "w4a8"}, environ={}).main_quantization == "w4a8"
-
-    def test_w4a8_refused_without_vnni(self, monkeypatch):
-        """On a CPU without avx512_vnni, w4a8 is refused at load with a message naming the flag and the int4 alternative."""
-        from common import config
-        monkeypatch.setattr(config, "cpu_flags", lambda: {"avx2", "avx512f"})
-        with pytest.raises(ConfigError, match="avx512_vnni.*main_quantization=int4"):
-            load_config(overrides={"main_quantization": "w4a8"}, environ={})
-
-    def test_w4a8_refused_without_compiler(self, monkeypatch):
-        """Without a C++ compiler (its kernel is built at start), w4a8 is refused naming g++."""
-        from common import config
-        monkeypatch.setattr(config.shutil, "which", lambda name: None)
-        with pytest.raises(ConfigError, match="g\\+\\+"):
-            load_config(overrides={"main_quantization": "w4a8"}, environ={})
 
     def test_w4a8_refuses_float16(self):
         """w4a8 with dtype float16 is refused (its exact attention kernel takes bf16 or fp32)."""

@@ -104,45 +104,59 @@ template <> inline float ld<bf16>(const bf16* p, int64_t i) { return bf2f(p[i]);
 static inline void st(float* p, int64_t i, float v) { p[i] = v; }
 static inline void st(bf16* p, int64_t i, float v) { p[i] = f2bf(v); }
 
+// s[h * cnt + j] = q_h . k_{cols[j]} * scale for the g query heads qf[g * D] of one KV head; K/V rows
+// are `step` elements apart, from `kb` (this slot and KV head).
+template <typename T>
+static void scores(const float* qf, const T* kb, const int32_t* cols, int64_t cnt, int64_t step, int64_t g,
+                   int64_t D, float scale, float* s) {
+  const int64_t D16 = D / 16 * 16;
+  for (int64_t j = 0; j < cnt; ++j) {
+    const T* kr = kb + (int64_t)cols[j] * step;
+    for (int64_t h = 0; h < g; ++h) {
+      const float* qh = qf + h * D;
+      float part[16] = {0.f};  // 16 partial sums: vectorizes, in a fixed order
+      for (int64_t d = 0; d < D16; d += 16)
+        for (int i = 0; i < 16; ++i) part[i] += qh[d + i] * ld(kr, d + i);
+      float t = 0.f;
+      for (int64_t d = D16; d < D; ++d) t += qh[d] * ld(kr, d);
+      for (int i = 0; i < 16; ++i) t += part[i];
+      s[h * cnt + j] = t * scale;
+    }
+  }
+}
+
+// In place: each head's scores s[h * cnt .. + cnt) -> exp(s - max); linv[h] = 1 / their sum.
+static void softmax_rows(float* s, int64_t cnt, int64_t g, float* linv) {
+  for (int64_t h = 0; h < g; ++h) {
+    float* sh = s + h * cnt;
+    float m = -INFINITY, l = 0.f;
+    for (int64_t j = 0; j < cnt; ++j) m = sh[j] > m ? sh[j] : m;
+    for (int64_t j = 0; j < cnt; ++j) sh[j] = exp_fast(sh[j] - m);
+    for (int64_t j = 0; j < cnt; ++j) l += sh[j];
+    linv[h] = l > 0.f ? 1.f / l : 0.f;
+  }
+}
+
 // q, out [N, H, D]; k, v: one layer's cache [slots, L, KVH, D]; row n reads slot row_slot[n] at the
 // columns cols[offsets[n] .. offsets[n + 1]). Grouped-query attention: H / KVH query heads per KV head.
 template <typename T>
 static void exact_attention(const T* q, const T* k, const T* v, T* out, const int64_t* row_slot,
                             const int64_t* offsets, const int32_t* cols, int64_t N, int64_t H, int64_t KVH,
                             int64_t D, int64_t L, float scale, int threads) {
-  const int64_t g = H / KVH, D16 = D / 16 * 16;
+  const int64_t g = H / KVH, step = KVH * D;
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> qf(g * D), acc(g * D), s, linv(g);
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < N * KVH; ++task) {  // one (row, KV head): its g query heads share each K/V load
       const int64_t n = task / KVH, kh = task % KVH, c0 = offsets[n], cnt = offsets[n + 1] - c0;
-      const int64_t base = row_slot[n] * L * KVH * D + kh * D, step = KVH * D;
+      const int64_t base = row_slot[n] * L * step + kh * D;
       for (int64_t i = 0; i < g * D; ++i) qf[i] = ld(q, (n * H + kh * g) * D + i);
       s.assign(g * cnt, 0.f);
-      for (int64_t j = 0; j < cnt; ++j) {
-        const T* kr = k + base + (int64_t)cols[c0 + j] * step;
-        for (int64_t h = 0; h < g; ++h) {
-          const float* qh = qf.data() + h * D;
-          float part[16] = {0.f};  // 16 partial sums: vectorizes, in a fixed order
-          for (int64_t d = 0; d < D16; d += 16)
-            for (int i = 0; i < 16; ++i) part[i] += qh[d + i] * ld(kr, d + i);
-          float t = 0.f;
-          for (int64_t d = D16; d < D; ++d) t += qh[d] * ld(kr, d);
-          for (int i = 0; i < 16; ++i) t += part[i];
-          s[h * cnt + j] = t * scale;
-        }
-      }
-      for (int64_t h = 0; h < g; ++h) {
-        float* sh = s.data() + h * cnt;
-        float m = -INFINITY, l = 0.f;
-        for (int64_t j = 0; j < cnt; ++j) m = sh[j] > m ? sh[j] : m;
-        for (int64_t j = 0; j < cnt; ++j) sh[j] = exp_fast(sh[j] - m);
-        for (int64_t j = 0; j < cnt; ++j) l += sh[j];
-        linv[h] = l > 0.f ? 1.f / l : 0.f;
-      }
+      scores(qf.data(), k + base, cols + c0, cnt, step, g, D, scale, s.data());
+      softmax_rows(s.data(), cnt, g, linv.data());
       std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < cnt; ++j) {
+      for (int64_t j = 0; j < cnt; ++j) {  // ascending columns: the same order in every pass
         const T* vr = v + base + (int64_t)cols[c0 + j] * step;
         for (int64_t h = 0; h < g; ++h) {
           const float p = s[h * cnt + j];

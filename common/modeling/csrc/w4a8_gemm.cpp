@@ -156,12 +156,6 @@ extern "C" void treespec_pack_w4a8(const uint8_t* codes, const float* scale, con
   }
 }
 
-template <int R>
-static void block(const int8_t* p, int64_t K, const uint8_t* w, const float* sl, const float* xs, const float* xsum,
-                  int64_t groups, int64_t gn, float* out) {
-  micro<R>(p, K, w, sl, xs, xsum, groups, gn, out);
-}
-
 // y [M, N] bf16 = x [M, K] bf16 times the packed weight (+ bias [N] bf16 or null); K % 64 == 0.
 extern "C" void treespec_gemm_w4a8(const bf16* x, const uint8_t* packed, const float* sl, const bf16* bias, bf16* y,
                                    int64_t M, int64_t N, int64_t K, int threads) {
@@ -183,15 +177,15 @@ extern "C" void treespec_gemm_w4a8(const bf16* x, const uint8_t* packed, const f
         const float* sg = s + g0 * 2 * W_PANEL;
         int64_t m = 0;
         for (; m + W_MB <= M; m += W_MB)
-          block<W_MB>(p.data() + m * K + k0, K, w, sg, xs.data() + m * groups + g0, xsum.data() + m * groups + g0,
+          micro<W_MB>(p.data() + m * K + k0, K, w, sg, xs.data() + m * groups + g0, xsum.data() + m * groups + g0,
                       groups, gn, out.data() + m * W_PANEL);
         const int8_t* pr = p.data() + m * K + k0;
         const float *xr = xs.data() + m * groups + g0, *sr = xsum.data() + m * groups + g0;
         float* orow = out.data() + m * W_PANEL;
         switch (M - m) {  // the remainder as one block: every code is split once per block
-          case 3: block<3>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
-          case 2: block<2>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
-          case 1: block<1>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
+          case 3: micro<3>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
+          case 2: micro<2>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
+          case 1: micro<1>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
           default: break;
         }
       }

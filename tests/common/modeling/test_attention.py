@@ -131,7 +131,7 @@ class TestExactAttention:
         from common.modeling.native import library
         cache, slots, mask, q = _cache_pair(dtype)
         ref = tree_attention(q, cache, 0, slots, mask)
-        out = ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
+        out = ExactAttention(library(), mask, slots, cache.max_len)(q, cache, 0, slots, mask)
         assert out.shape == ref.shape and out.dtype == dtype
         assert torch.allclose(out[0].float(), ref[0].float(), atol=tol) and torch.allclose(out[1, :2].float(), ref[1, :2].float(), atol=tol)
 
@@ -141,19 +141,16 @@ class TestExactAttention:
         from common.modeling.attention import ExactAttention
         from common.modeling.native import library
         cache, slots, mask, q = _cache_pair(dtype)
-        both = ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
+        both = ExactAttention(library(), mask, slots, cache.max_len)(q, cache, 0, slots, mask)
         alone_mask = mask[:1, :, :1, :21]
-        alone = ExactAttention(library(), alone_mask, slots[:1], [1], cache.max_len)(
+        alone = ExactAttention(library(), alone_mask, slots[:1], cache.max_len)(
             q[:1, :1].contiguous(), cache, 0, slots[:1], alone_mask)
         assert torch.equal(alone[0, 0], both[0, 0])
 
-    def test_long_segments_keep_sdpa(self, monkeypatch):
-        """A segment longer than EXACT_MAX_ROWS (a prompt prefill) is attended by SDPA while the short one beside it stays exact."""
-        from common.modeling import attention
+    def test_refuses_other_dtypes(self):
+        """float16 tensors (no kernel for them) raise ValueError instead of being read at the wrong width."""
+        from common.modeling.attention import ExactAttention
         from common.modeling.native import library
         cache, slots, mask, q = _cache_pair(torch.float32)
-        exact = attention.ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
-        monkeypatch.setattr(attention, "EXACT_MAX_ROWS", 3)
-        mixed = attention.ExactAttention(library(), mask, slots, [4, 2], cache.max_len)(q, cache, 0, slots, mask)
-        assert torch.equal(mixed[1], exact[1])
-        assert torch.equal(mixed[0], attention.tree_attention(q, cache, 0, slots, mask)[0])
+        with pytest.raises(ValueError, match="bf16 or fp32"):
+            ExactAttention(library(), mask, slots, cache.max_len)(q.half(), cache, 0, slots, mask)

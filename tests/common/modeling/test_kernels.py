@@ -11,7 +11,8 @@ from common.modeling.native import library
 from common.modeling.quant import quantize_main_weights, quantize_weights
 
 ROWS = (1, 3, 8, 16, 33)
-W4A8 = ("w4a8",) if library().w4a8_variant == "avx512vnni" else ()  # the draft's kernel, where VNNI exists
+LIB = library()
+W4A8 = ("w4a8",) if LIB is not None and LIB.w4a8_variant == "avx512vnni" else ()  # the draft's kernel, where VNNI exists
 
 
 def _weights(dtype=torch.bfloat16, keep_dense=True) -> dict:
