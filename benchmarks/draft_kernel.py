@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import time
 from pathlib import Path
 
-from draft_window import run_prompt, summarise  # same directory: python puts it on sys.path
+from draft_window import result_doc, run_prompt  # same directory: python puts it on sys.path
 
 
 def build_engines() -> tuple[dict, object, dict]:
@@ -71,22 +69,13 @@ def main() -> int:
     args = ap.parse_args()
 
     from treespec.bench_data import load_prompts
-    from treespec.bench_llamacpp import cpu_model
     from treespec.generate import encode_prompt
 
     engines, tok, plans = build_engines()
     names = list(engines)
     prompts = [(p.id, p.category, encode_prompt(tok, p.text, p.chat)) for p in load_prompts(args.dataset, args.limit)]
     records, mal = run_all(engines, prompts, args.max_new_tokens)
-    result = {"command": "PYTHONPATH=$PWD .venv/bin/python benchmarks/draft_kernel.py " + " ".join(
-                  f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-              "cpu_model": cpu_model(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "draft_kernel_plans": plans,
-              "mean_accepted_length": mal,
-              "identical_to_plain": all(r["identical"] for r in records),
-              "divergences_not_ties": sum(1 for r in records for d in r.get("divergence", {}).values()
-                                          if d is not None and not d["tie"]),
-              "summary": summarise(records, names), "records": records}
+    result = result_doc("draft_kernel.py", args, records, names, draft_kernel_plans=plans, mean_accepted_length=mal)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1))
     print(json.dumps({"summary": result["summary"]["all"], "mal": result["mean_accepted_length"],

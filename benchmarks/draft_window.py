@@ -64,6 +64,20 @@ def summarise(records: list[dict], names: list[str]) -> dict:
     return out
 
 
+def result_doc(script: str, args: argparse.Namespace, records: list[dict], names: list[str], **extra) -> dict:
+    """The JSON document of a side-by-side run: the command that repeats it, the host's CPU model,
+    ``extra`` fields, greedy identity with plain (and divergences that are not bf16 ties), the
+    summary (``summarise``) and every per-prompt record."""
+    from treespec.bench_llamacpp import cpu_model
+    return {"command": f"PYTHONPATH=$PWD .venv/bin/python benchmarks/{script} " + " ".join(
+                f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+            "cpu_model": cpu_model(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **extra, "identical_to_plain": all(r["identical"] for r in records),
+            "divergences_not_ties": sum(1 for r in records for d in r.get("divergence", {}).values()
+                                        if d is not None and not d["tie"]),
+            "summary": summarise(records, names), "records": records}
+
+
 def build_engines(windows: list[int]) -> tuple[dict, object]:
     """({name: LocalEngine}, tokenizer): ``plain`` plus one speculative engine per window
     (``full`` for 0), all over one loaded model pair and one set of measured cost curves."""
@@ -113,7 +127,6 @@ def main() -> int:
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
 
-    from treespec.bench_llamacpp import cpu_model
     from treespec.generate import encode_prompt
 
     engines, tok = build_engines([0] + [int(w) for w in args.windows.split(",") if w])
@@ -125,13 +138,7 @@ def main() -> int:
                    pick_prompts(args.categories.split(","), args.per_category, args.stride, args.offset)]
     records = [run_prompt(engines, i, pid, category, ids, args.max_new_tokens)
                for i, (pid, category, ids) in enumerate(prompts)]
-    result = {"command": "PYTHONPATH=$PWD .venv/bin/python benchmarks/draft_window.py " + " ".join(
-                  f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-              "cpu_model": cpu_model(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "identical_to_plain": all(r["identical"] for r in records),
-              "divergences_not_ties": sum(1 for r in records for d in r.get("divergence", {}).values()
-                                          if d is not None and not d["tie"]),
-              "summary": summarise(records, names), "records": records}
+    result = result_doc("draft_window.py", args, records, names)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1))
     print(json.dumps(result["summary"]["all"]))

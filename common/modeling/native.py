@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = (CSRC / "packed_gemm.cpp", CSRC / "w4a8_gemm.cpp", CSRC / "decoder_ops.cpp")  # one library; bf16.h is shared
-HEADERS = (CSRC / "bf16.h",)
+HEADERS = (CSRC / "bf16.h", CSRC / "int4_scales.h")
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
 BUILD_TIMEOUT_S = 120

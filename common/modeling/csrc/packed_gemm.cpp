@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 #include "bf16.h"
+#include "int4_scales.h"
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -286,13 +287,7 @@ extern "C" void treespec_pack_int4(const uint8_t* codes, const float* scale, con
         }
         o[kp * PANEL + byte] = v;
       }
-    float* s = sl + b * groups * 2 * PANEL;
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t j = 0; j < PANEL; ++j) {
-        const int64_t n = b * PANEL + j;
-        s[g * 2 * PANEL + j] = n < N ? scale[g * N + n] : 0.f;
-        s[g * 2 * PANEL + PANEL + j] = n < N ? lo[g * N + n] : 0.f;
-      }
+    pack_panel_scales(scale, lo, sl + b * groups * 2 * PANEL, b, N, groups);
   }
 }
 

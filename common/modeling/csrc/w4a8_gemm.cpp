@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 #include "bf16.h"
+#include "int4_scales.h"
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define W4A8_VNNI 1
@@ -146,13 +147,7 @@ extern "C" void treespec_pack_w4a8(const uint8_t* codes, const float* scale, con
               const uint8_t c1 = n < N ? (uint8_t)(codes[n * K + k + 4] & 15) : 0;
               *o++ = (uint8_t)(c0 | (c1 << 4));
             }
-    float* s = sl + b * groups * 2 * W_PANEL;
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t j = 0; j < W_PANEL; ++j) {
-        const int64_t n = b * W_PANEL + j;
-        s[g * 2 * W_PANEL + j] = n < N ? scale[g * N + n] : 0.f;
-        s[g * 2 * W_PANEL + W_PANEL + j] = n < N ? lo[g * N + n] : 0.f;
-      }
+    pack_panel_scales(scale, lo, sl + b * groups * 2 * W_PANEL, b, N, groups);
   }
 }
 
