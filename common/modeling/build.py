@@ -87,6 +87,8 @@ def _row_independent(model: DecoderModel) -> None:
     head = model.head_weight
     model.head_weight = lib.pack_int8(head.q, head.scales.float())
     model.exact_lib = lib
+    log.info("w4a8 main: W4A8 kernel (%s) at every row count, packed int8 LM head, exact attention",
+             lib.w4a8_variant)
 
 
 def with_kernels(cfg: Config, model: DecoderModel) -> DecoderModel:
