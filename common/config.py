@@ -24,6 +24,9 @@ class ConfigError(ValueError):
     """A configuration key is unknown or its value is invalid; the message names the key."""
 
 
+MAIN_QUANTIZATIONS = ("none", "int8", "int4", "w4a8")  # main_quantization values (quant.quantize_main_weights)
+
+
 @dataclass(frozen=True)
 class Config:
     """Every key of the deployment guide plus endpoints, limits and security settings.
@@ -43,7 +46,7 @@ class Config:
     draft_quantization: str = "int4"  # int4 | int8 (CPU weight-only kernels) | none
     # none | int8 | int4 (weight-only) | w4a8 (int4 weights, int8 activations): a quantized main model
     # (CPU); speculation is lossless with respect to it
-    main_quantization: str = "none"
+    main_quantization: str = "none"  # one of MAIN_QUANTIZATIONS
     # int4 main: keep a bf16 copy of its own dequantized weights, which the kernel plan runs multi-row
     # passes (tree verification, prefill) on where it measured them faster; false saves 2 bytes/weight.
     main_int4_dense: bool = True
@@ -119,7 +122,7 @@ def _validate(cfg: Config) -> None:
         "prefix_cache_block_size": 1 <= cfg.prefix_cache_block_size <= 1024,
         "dtype": cfg.dtype in ("float32", "bfloat16", "float16"),
         "draft_quantization": cfg.draft_quantization in ("int4", "int8", "none"),
-        "main_quantization": cfg.main_quantization in ("none", "int8", "int4", "w4a8"),
+        "main_quantization": cfg.main_quantization in MAIN_QUANTIZATIONS,
         "overlap": cfg.overlap in (AUTO, "on", "off"),
         "prompt_lookup_max_ngram": 1 <= cfg.prompt_lookup_max_ngram <= MAX_LOOKUP_NGRAM,
         "prompt_lookup_min_ngram": 1 <= cfg.prompt_lookup_min_ngram <= cfg.prompt_lookup_max_ngram,
@@ -162,17 +165,6 @@ def _validate_w4a8(cfg: Config) -> None:
     if cfg.dtype == "float16":
         raise ConfigError("main_quantization=w4a8 needs dtype bfloat16 or float32 (its exact attention kernel), "
                           "got float16")
-
-
-def cpu_has(flag: str) -> bool:
-    """Whether this host's CPU lists ``flag`` (e.g. ``avx512_vnni``) in /proc/cpuinfo."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return flag in line.split(":", 1)[1].split()
-    except OSError:
-        return False
-    return False
 
 
 def _coerce(key: str, value: Any) -> Any:

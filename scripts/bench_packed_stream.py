@@ -76,7 +76,7 @@ def main() -> None:
         raise SystemExit("the packed kernel did not build on this host (is g++ installed?)")
     result = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "variant": lib.variant,
               "w4a8_variant": lib.w4a8_variant, "rows": ROWS, "ms": {}}
-    w4a8 = ("w4a8",) if lib.w4a8_variant == "avx512vnni" else ()
+    w4a8 = ("w4a8",) if lib.w4a8_vnni else ()
     formats = args.formats.split(",")
     for fmt, kernels, gb in (("bf16", ("onednn", "packed"), 2.62), ("int8", ("native", "packed"), 1.31),
                              ("int4", ("int4", "packed", *w4a8), 0.66)):

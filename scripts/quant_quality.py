@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import wire  # noqa: E402
-from common.config import Config  # noqa: E402
+from common.config import MAIN_QUANTIZATIONS, Config  # noqa: E402
 from common.modeling.loader import load_weights  # noqa: E402
 from common.modeling.build import main_model  # noqa: E402
 from common.modeling.model import DecoderModel  # noqa: E402
@@ -43,7 +43,7 @@ from services.scheduler.local import LocalEngine  # noqa: E402
 from services.verifier.runner import VerifierRunner  # noqa: E402
 from treespec.bench_data import load_prompts  # noqa: E402
 
-SCHEMES = ("none", "int8", "int4", "w4a8")  # the default --schemes; "none" (the bf16 reference) always runs
+SCHEMES = MAIN_QUANTIZATIONS  # the default --schemes; "none" (the bf16 reference) always runs
 
 
 def cpu_model() -> str:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.config import ConfigError, load_config
+from common.config import MAIN_QUANTIZATIONS, ConfigError, load_config
 
 NO_LOOKUP = "spec-no-lookup"  # --baseline: speculation with prompt lookup off
 
@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--model-path", default=None)
     a("--draft-model-path", default=None)
     a("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    a("--main-quantization", default=None, choices=["none", "int8", "int4", "w4a8"],
+    a("--main-quantization", default=None, choices=MAIN_QUANTIZATIONS,
       help="quantized main model (CPU): weight-only int8 / int4, or w4a8 (int4 weights, int8 activations)")
     a("--device", default=None)
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from common.config import ConfigError, load_config
+from common.config import MAIN_QUANTIZATIONS, ConfigError, load_config
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", default=None, help="main model (packaged name, GGUF file or HF dir)")
     parser.add_argument("--draft-model-path", default=None)
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--main-quantization", default=None, choices=["none", "int8", "int4", "w4a8"],
+    parser.add_argument("--main-quantization", default=None, choices=MAIN_QUANTIZATIONS,
                         help="quantized main model (CPU): weight-only int8 / int4, or w4a8 (int4 weights, "
                              "int8 activations); default from config: none")
     parser.add_argument("--device", default=None)

@@ -108,7 +108,7 @@ def candidates(w) -> tuple[str, ...]:
 def _w4a8_available() -> bool:
     """The W4A8 kernel's AVX512-VNNI variant built on this host (its portable variant is only a
     reference), unless ``TREESPEC_W4A8=0`` (an A/B switch for measurements)."""
-    return os.environ.get("TREESPEC_W4A8", "1") != "0" and library().w4a8_variant == "avx512vnni"
+    return os.environ.get("TREESPEC_W4A8", "1") != "0" and library().w4a8_vnni
 
 
 def _int8_packable(w: Int8Weight) -> bool:

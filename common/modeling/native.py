@@ -59,6 +59,11 @@ def _cpu_flags() -> str:
     return ""
 
 
+def cpu_has(flag: str) -> bool:
+    """Whether this host's CPU lists ``flag`` (e.g. ``avx512_vnni``) in /proc/cpuinfo."""
+    return flag in _cpu_flags().split()
+
+
 def _compiler_version() -> str | None:
     try:
         out = subprocess.run([COMPILER, "--version"], capture_output=True, text=True, timeout=30, check=True)
@@ -146,6 +151,7 @@ class PackedGemmLibrary:
         self.silu_mul = self._lib.treespec_silu_mul
         self.variant = self._lib.treespec_variant().decode()
         self.w4a8_variant = self._lib.treespec_w4a8_variant().decode()  # avx512vnni | portable
+        self.w4a8_vnni = self.w4a8_variant == "avx512vnni"  # fast W4A8 (the portable variant is a reference)
         self._gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
                       "int4": self._lib.treespec_gemm_int4, "w4a8": self._lib.treespec_gemm_w4a8}
 

@@ -30,11 +30,13 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from common.config import MAIN_QUANTIZATIONS
+
 GROUP = 64  # input channels per scale/zero pair
 INNER_K_TILES = 2  # packing layout expected by the CPU int4 kernel
 INT4_MAX_ROWS = 16  # rows up to which the int4 kernel beats bf16 here (measured: equal at 16)
 INT8_MAX_ROWS = 16  # above: int8 -> dtype cast + dense GEMM (measured: int8 kernel 2x slower at 64 rows)
-MAIN_SCHEMES = ("none", "int8", "int4", "w4a8")
+MAIN_SCHEMES = MAIN_QUANTIZATIONS
 
 
 def int4_supported(weight: torch.Tensor) -> bool:
@@ -238,7 +240,7 @@ def _w4a8_library():
     """treespec's kernel library with its AVX512-VNNI W4A8 variant; ValueError naming what is missing."""
     from common.modeling.native import library  # torch + ctypes; only a w4a8 main needs it
     lib = library()
-    if lib is None or lib.w4a8_variant != "avx512vnni":
+    if lib is None or not lib.w4a8_vnni:
         found = "no native kernel library (g++ missing or TREESPEC_NATIVE_KERNEL=0)" if lib is None else \
             f"its {lib.w4a8_variant} variant (this CPU lacks avx512_vnni)"
         raise ValueError(f"main_quantization=w4a8 needs treespec's W4A8 kernel built for AVX512-VNNI; found {found}. "

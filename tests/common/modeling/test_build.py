@@ -7,8 +7,7 @@ import torch
 from common import wire
 from common.config import Config
 from common.modeling.build import main_model
-from common.config import cpu_has
-from common.modeling.native import PackedWeight
+from common.modeling.native import PackedWeight, cpu_has
 from common.modeling.quant import Int4Weight, Int8Weight
 from services.draft.runner import DraftRunner
 from services.scheduler.core import SchedulerCore

@@ -12,7 +12,7 @@ from common.modeling.quant import quantize_main_weights, quantize_weights
 
 ROWS = (1, 3, 8, 16, 33)
 LIB = library()
-W4A8 = ("w4a8",) if LIB is not None and LIB.w4a8_variant == "avx512vnni" else ()  # the draft's kernel, where VNNI exists
+W4A8 = ("w4a8",) if LIB is not None and LIB.w4a8_vnni else ()  # the draft's kernel, where VNNI exists
 
 
 def _weights(dtype=torch.bfloat16, keep_dense=True) -> dict:
