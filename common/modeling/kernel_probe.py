@@ -92,10 +92,13 @@ def _probe_weights(weights: dict, head) -> dict[str, list]:
 
 
 def plan_key(weights: dict, head, num_layers: int) -> str:
-    """Cache key: CPU model, torch version, threads, buckets and the probed shapes/formats."""
+    """Cache key: CPU model, torch version, threads, buckets, the probed shapes/formats and
+    treespec's kernel library (its file name hashes its sources; the W4A8 AMX row count)."""
     groups = _probe_weights(weights, head)
+    lib = library()
+    native = [lib.path.name, lib.w4a8_amx_rows] if lib is not None else None
     ident = {"v": PLAN_VERSION, "cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-             "buckets": ROW_BUCKETS, "layers": num_layers,
+             "buckets": ROW_BUCKETS, "layers": num_layers, "native": native,
              "shapes": {fmt: [[weight_format(w), *weight_shape(w), *candidates(w)] for w in ws] for fmt, ws in groups.items()}}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
 

@@ -136,7 +136,7 @@ class PackedGemmLibrary:
         self._lib.treespec_gemm_int4.argtypes = self._lib.treespec_gemm_int8.argtypes
         self._lib.treespec_w4a8_variant.restype = ctypes.c_char_p
         self._lib.treespec_pack_w4a8.argtypes = self._lib.treespec_pack_int4.argtypes
-        self._lib.treespec_gemm_w4a8.argtypes = self._lib.treespec_gemm_int8.argtypes
+        self._lib.treespec_gemm_w4a8.argtypes = self._lib.treespec_gemm_int8.argtypes + [ctypes.c_int64]
         self._lib.treespec_rms_norm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_float,
                                                                                              ctypes.c_int]
         self._lib.treespec_rope.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int]
@@ -152,6 +152,8 @@ class PackedGemmLibrary:
         self.variant = self._lib.treespec_variant().decode()
         self.w4a8_variant = self._lib.treespec_w4a8_variant().decode()  # avx512vnni | portable
         self.w4a8_vnni = self.w4a8_variant == "avx512vnni"  # fast W4A8 (the portable variant is a reference)
+        self.w4a8_amx = bool(self._lib.treespec_w4a8_amx())  # AMX-INT8 built and granted by the OS
+        self.w4a8_amx_rows = 0  # W4A8 calls with at least this many rows take the AMX path (0: never)
         self._gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
                       "int4": self._lib.treespec_gemm_int4, "w4a8": self._lib.treespec_gemm_w4a8}
 
@@ -212,7 +214,8 @@ class PackedGemmLibrary:
         common = (0 if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], packed.n, x.shape[1],
                   torch.get_num_threads())
         scales = () if packed.scales is None else (packed.scales.data_ptr(),)
-        self._gemm[packed.kind](x.data_ptr(), packed.data.data_ptr(), *scales, *common)
+        amx = (self.w4a8_amx_rows if self.w4a8_amx else 0,) if packed.kind == "w4a8" else ()
+        self._gemm[packed.kind](x.data_ptr(), packed.data.data_ptr(), *scales, *common, *amx)
 
 
 def _check(weight: torch.Tensor, dtype: torch.dtype) -> None:
@@ -302,4 +305,9 @@ def library(out_dir: Path | None = None) -> PackedGemmLibrary | None:
     from common.models import cache_dir  # torch-free module; imported here to keep import order simple
 
     path = build(out_dir or cache_dir() / "native")
-    return None if path is None else load(path)
+    lib = None if path is None else load(path)
+    if lib is not None and lib.w4a8_amx:
+        from common.modeling.w4a8_amx import measure_amx_rows
+        lib.w4a8_amx_rows = measure_amx_rows(lib)
+        structlog.get_logger("kernels").info("w4a8 AMX path", from_rows=lib.w4a8_amx_rows or None)
+    return lib

@@ -7,7 +7,7 @@ import torch
 from common import wire
 from common.config import Config
 from common.modeling.build import main_model
-from common.modeling.native import PackedWeight, cpu_has
+from common.modeling.native import PackedWeight, cpu_has, library
 from common.modeling.quant import Int4Weight, Int8Weight
 from services.draft.runner import DraftRunner
 from services.scheduler.core import SchedulerCore
@@ -31,6 +31,7 @@ def engine(main, draft, tree_size, max_depth):
 
 
 NO_VNNI = pytest.mark.skipif(not cpu_has("avx512_vnni"), reason="w4a8 needs a CPU with AVX512-VNNI")
+NO_AMX = pytest.mark.skipif(not (library() and library().w4a8_amx), reason="the W4A8 AMX path needs AMX-INT8")
 
 
 @pytest.fixture(scope="module", params=["int8", "int4", pytest.param("w4a8", marks=NO_VNNI)])
@@ -86,10 +87,14 @@ class TestQuantizedMain:
 @NO_VNNI
 class TestW4A8BitForBit:
     @pytest.mark.parametrize("tree_size,max_depth", [(4, 2), (64, 6)])
-    def test_bf16_speculation_reproduces_plain_decoding(self, tiny_noisy_draft, tree_size, max_depth):
+    @pytest.mark.parametrize("amx_rows", [0, pytest.param(2, marks=NO_AMX)], ids=["vnni", "amx"])
+    def test_bf16_speculation_reproduces_plain_decoding(self, tiny_noisy_draft, tree_size, max_depth, amx_rows,
+                                                        monkeypatch):
         """A bf16 W4A8 main model (row-independent projections, packed int8 head, exact attention) verifies trees and
         decodes plainly to the same tokens bit for bit on 8 random prompts x 60 tokens, with no near-tie tolerance,
-        and drafts do get accepted (a mutation run with SDPA instead of exact attention failed both cases)."""
+        and drafts do get accepted (a mutation run with SDPA instead of exact attention failed both cases), also
+        with the W4A8 kernel's AMX path taking every pass of 2 rows or more (plain steps stay on VNNI)."""
+        monkeypatch.setattr(library(), "w4a8_amx_rows", amx_rows)
         model = main_model(Config(main_model_path="tiny-random:0", dtype="bfloat16", main_quantization="w4a8"))[0]
         plain, spec = engine(model, None, 0, 1), engine(model, copy_to_bf16(tiny_noisy_draft), tree_size, max_depth)
         params, g = wire.SamplingParams(max_tokens=60, ignore_eos=True), torch.Generator().manual_seed(5)

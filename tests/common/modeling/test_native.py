@@ -125,6 +125,25 @@ class TestNumerics:
                 alone = torch.cat([packed.linear(x[i:i + 1], b) for i in range(x.shape[0])])
                 assert torch.equal(packed.linear(x, b), alone), (name, lib.w4a8_variant)
 
+    @pytest.mark.skipif(not (library() and library().w4a8_amx), reason="the W4A8 AMX path needs AMX-INT8 (and the OS's grant)")
+    def test_w4a8_amx_path_is_bit_identical_to_the_vnni_path(self):
+        """The W4A8 kernel's AMX-INT8 path gives the VNNI path's results bit for bit (the same int32 group sums and float epilogue), for ragged panels, a K past one chunk, row counts around the 16-row tile and with or without bias."""
+        lib, g = library(), torch.Generator().manual_seed(6)
+        saved = lib.w4a8_amx_rows
+        try:
+            for n, k in ((64, 128), (100, 192), (300, 1024 + 64)):
+                q, sz = int4_codes((torch.randn(n, k, generator=g) * 0.05).bfloat16())
+                packed, b = lib.pack_w4a8(q, sz), torch.randn(n, generator=g).bfloat16()
+                for rows in (1, 2, 5, 15, 16, 17, 33, 40):
+                    x = torch.randn(rows, k, generator=g).bfloat16()
+                    for bias in (None, b):
+                        lib.w4a8_amx_rows = 0
+                        vnni = packed.linear(x, bias)
+                        lib.w4a8_amx_rows = 1
+                        assert torch.equal(packed.linear(x, bias), vnni), (n, k, rows, bias is None)
+        finally:
+            lib.w4a8_amx_rows = saved
+
     def test_leading_dims_and_dtype_round_trip(self):
         """[B, T, K] inputs keep their leading dims; fp32 inputs come back fp32; zero rows give an empty result."""
         lib = library()
