@@ -1,5 +1,5 @@
 """treespec's own CPU kernels (``csrc/packed_gemm.cpp``, ``csrc/w4a8_gemm.cpp``,
-``csrc/decoder_ops.cpp``): built for this host at first use, loaded with ctypes; the projection
+``csrc/decoder_ops.cpp``, ``csrc/exact_attention.cpp``): built for this host at first use, loaded with ctypes; the projection
 kernels run on weights repacked once into 64-channel panels.
 
 Weights: bf16, int8 with one scale per output channel (half the bytes per step), or int4
@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "packed_gemm.cpp", CSRC / "w4a8_gemm.cpp", CSRC / "decoder_ops.cpp")  # one library; bf16.h is shared
-HEADERS = (CSRC / "bf16.h", CSRC / "int4_scales.h")
+SOURCES = tuple(CSRC / f for f in ("packed_gemm.cpp", "w4a8_gemm.cpp", "decoder_ops.cpp", "exact_attention.cpp"))  # one library
+HEADERS = (CSRC / "bf16.h", CSRC / "int4_scales.h", CSRC / "exp_fast.h")
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
 BUILD_TIMEOUT_S = 120
@@ -82,7 +82,7 @@ def _writable_dir(preferred: Path | None) -> Path:
 
 
 def build(out_dir: Path | None, march: str = "native") -> Path | None:
-    """Compile ``SOURCES`` (packed_gemm, w4a8_gemm, decoder_ops) for ``-march=march`` into
+    """Compile ``SOURCES`` (packed_gemm, w4a8_gemm, decoder_ops, exact_attention) for ``-march=march`` into
     ``out_dir`` (kept across starts: the file name hashes sources, compiler, flags and CPU) and
     return the ``.so`` path; None when no compiler is found or the build fails (logged, never raised)."""
     log = structlog.get_logger("kernels")
