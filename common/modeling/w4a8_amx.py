@@ -3,7 +3,7 @@
 ``csrc/w4a8_gemm.cpp`` has two paths over the same packed int4 weights: VPDPBUSD (AVX512-VNNI),
 best for a plain decode step (1 row: the weight stream is the cost), and AMX-INT8 tiles (TDPBSUD,
 16 rows x 64 channels x 16 outputs per instruction), best for a token tree or a prefill, where the
-VNNI path is compute-bound (about 4.5x its 1-row time at 16 rows on a 2-core Sapphire Rapids host,
+VNNI path is compute-bound (about 4.5x its 1-row time at 16 rows on the 2-core Intel Xeon host with AMX,
 AMX about 2.5x). Both give bit-identical results (exact int32 group sums, the same float epilogue),
 so a w4a8 main model may verify a tree on one path and decode plainly on the other and speculation
 stays lossless. Where the crossover lies depends on the host: :func:`measure_amx_rows` times both

@@ -17,6 +17,9 @@
 //   y[m, n] = sum_g xs[m, g] * (scale[g, n] * sum_k q p  +  lo[g, n] * sum_k p)
 // The inner sums are exact int32 (at most 64 * 15 * 127); the float epilogue runs per row in the
 // same order whatever M is, so a row's result does not depend on the rows beside it.
+// Two paths compute those sums: VPDPBUSD (any M) and, where built and granted, AMX-INT8 tiles for
+// calls of at least amx_rows rows (trees, prefill; w4a8_amx.py measures the crossover at start).
+// Same integers, same epilogue: the paths agree bit for bit and may be mixed across calls.
 //
 // Layout: panels of 64 output channels; per group, 8 octets of input channels; per octet 4 blocks
 // of 64 bytes (16 outputs each), byte 4j+t of block v holding output 16v+j's code for channel
@@ -225,7 +228,7 @@ static void tile_sums(const int8_t* a, int64_t K, const uint8_t* bt, int32_t* c)
 
 // Rows past the last whole tile, up to this many, run the VNNI micro kernel instead of a mostly empty
 // 16-row tile: 17 rows (a 16-node tree) measured 61 ms that way vs 67 ms with two tiles per 1.5B pass,
-// 16 rows 52 ms (2-core Sapphire Rapids); at 3 tail rows the two ways cost the same.
+// 16 rows 52 ms (2-core Intel Xeon host with AMX); at 3 tail rows the two ways cost the same.
 static const int64_t W_AMX_TAIL = 2;
 
 static void gemm_amx(const int8_t* p, const float* xs, const float* xsum, const uint8_t* packed, const float* sl,

@@ -43,13 +43,13 @@ def quantized(request):
 
 class TestQuantizedMain:
     def test_projections_quantized(self, quantized):
-        """main_model() puts every layer projection in the chosen format and reads an int8 LM head (w4a8: packed, with exact attention); embeddings stay fp32."""
+        """main_model() puts every layer projection in the chosen format and reads an int8 LM head (w4a8: the LM head in the W4A8 kernel too, with exact attention); embeddings stay fp32."""
         scheme, model = quantized
         names = [k for k in model.w if k.endswith(".weight")]
         assert names and all(isinstance(model.w[k], KINDS[scheme]) for k in names)
         assert model.w["embed"].dtype == torch.float32
         if scheme == "w4a8":
-            assert {model.w[k].kind for k in names} == {"w4a8"} and model.head_weight.kind == "int8"
+            assert {model.w[k].kind for k in names} == {"w4a8"} and model.head_weight.kind == "w4a8"
             assert model.exact_lib is not None
         else:
             assert isinstance(model.head_weight, Int8Weight) and model.exact_lib is None
