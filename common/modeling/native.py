@@ -193,18 +193,24 @@ class PackedGemmLibrary:
         return self._pack_int4_codes(codes, scales_zeros, "w4a8")
 
     def _pack_int4_codes(self, codes: torch.Tensor, scales_zeros: torch.Tensor, kind: str) -> PackedWeight:
-        """Both int4 layouts: ``ceil(N/64)*64 * K/2`` code bytes and per panel ``[K/64][2][64]`` fp32."""
+        """Both int4 layouts: ``ceil(N/64)*64 * K/2`` code bytes and per panel ``[K/64][2][64]`` scale
+        pairs (int4: fp32 scales and lows; w4a8: bf16 scales and zeros, rounded to bf16 if given wider)."""
         _check(codes, torch.uint8)
         n, k = codes.shape
         if k % INT4_GROUP or scales_zeros.shape != (k // INT4_GROUP, n, 2):
             raise ValueError(f"int4 weight [{n}, {k}] needs K % {INT4_GROUP} == 0 and scales_zeros "
                              f"[{k // INT4_GROUP}, {n}, 2], got {tuple(scales_zeros.shape)}")
-        scale = scales_zeros[..., 0].float().contiguous()  # [K/64, N]
-        lo = (scales_zeros[..., 1].float() - 8 * scale).contiguous()  # w = q * scale + lo
         data = huge_empty(self._lib.treespec_packed_elems(n, k) // 2, torch.uint8)
-        sl = torch.empty(self._lib.treespec_packed_elems(n, k) // k * (k // INT4_GROUP) * 2, dtype=torch.float32)
-        pack = self._lib.treespec_pack_int4 if kind == "int4" else self._lib.treespec_pack_w4a8
-        pack(codes.contiguous().data_ptr(), scale.data_ptr(), lo.data_ptr(), data.data_ptr(), sl.data_ptr(), n, k,
+        count = self._lib.treespec_packed_elems(n, k) // k * (k // INT4_GROUP) * 2
+        if kind == "int4":  # fp32 scales and lows, w = q * scale + lo
+            first = scales_zeros[..., 0].float().contiguous()  # [K/64, N]
+            second = (scales_zeros[..., 1].float() - 8 * first).contiguous()
+            sl, pack = torch.empty(count, dtype=torch.float32), self._lib.treespec_pack_int4
+        else:  # W4A8: bf16 scales and zeros (the kernel forms lo = zero - 8 * scale in fp32)
+            first = scales_zeros[..., 0].to(torch.bfloat16).contiguous()
+            second = scales_zeros[..., 1].to(torch.bfloat16).contiguous()
+            sl, pack = torch.empty(count, dtype=torch.bfloat16), self._lib.treespec_pack_w4a8
+        pack(codes.contiguous().data_ptr(), first.data_ptr(), second.data_ptr(), data.data_ptr(), sl.data_ptr(), n, k,
              torch.get_num_threads())
         return PackedWeight(self, data, sl, n, k, kind)
 
@@ -229,7 +235,7 @@ class PackedWeight:
     """A ``[N, K]`` weight in the kernel's panel layout, by ``kind``: ``bf16`` (``data`` flat
     bf16, ``ceil(N/64)*64 * K_even`` elements), ``int8`` (int8 ``data``, ``scales`` fp32
     ``[N]``), ``int4`` or ``w4a8`` (``data`` two codes per byte in that kernel's layout,
-    ``scales`` the per-panel group scales and lows, fp32)."""
+    ``scales`` the per-panel group scales and lows, fp32, or for w4a8 scales and zeros, bf16)."""
 
     lib: PackedGemmLibrary
     data: torch.Tensor

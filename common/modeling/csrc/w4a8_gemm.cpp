@@ -12,7 +12,7 @@
 // the same, ggml-cpu quants.c; VNNI: Intel SDM vol. 2, VPDPBUSD).
 //
 // Scheme, per group of 64 input channels g and output channel n (the int4 codes of quant.py):
-//   w[n, k] = q[n, k] * scale[g, n] + lo[g, n]                   q in 0..15
+//   w[n, k] = q[n, k] * scale[g, n] + lo[g, n]                   q in 0..15, lo = zero - 8 * scale
 //   x[m, k] ~= xs[m, g] * p[m, k],  xs = max_k |x[m, k]| / 127,  p = round(x / xs) in -127..127
 //   y[m, n] = sum_g xs[m, g] * (scale[g, n] * sum_k q p  +  lo[g, n] * sum_k p)
 // The inner sums are exact int32 (at most 64 * 15 * 127); the float epilogue runs per row in the
@@ -23,8 +23,9 @@
 //
 // Layout: panels of 64 output channels; per group, 8 octets of input channels; per octet 4 blocks
 // of 64 bytes (16 outputs each), byte 4j+t of block v holding output 16v+j's code for channel
-// 8o+t in its low nibble and 8o+4+t in its high nibble. Per panel and group: 64 scales then 64 lows
-// (fp32), as in packed_gemm.cpp's int4 layout.
+// 8o+t in its low nibble and 8o+4+t in its high nibble. Per panel and group: 64 scales then 64 zeros
+// in bf16, as quant.int4_codes gives them (half the bytes of fp32: they are a fifth of what a 1-row
+// pass streams); lo = zero - 8 * scale is formed in fp32 in the epilogue, rounded once.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -69,9 +70,17 @@ static void quantize_rows(const bf16* x, int64_t M, int64_t K, int8_t* p, float*
 
 #ifdef W4A8_VNNI
 #define W4A8_VARIANT "avx512vnni"
+static inline __m512 widen_bf16(const bf16* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+// Outputs [16v, 16v + 16) of one group (s: its 64 bf16 scales, then 64 zeros): scale and lo = zero - 8 scale.
+static inline void group_scales(const bf16* s, int v, __m512& sc, __m512& lo) {
+  sc = widen_bf16(s + v * 16);
+  lo = _mm512_fmadd_ps(_mm512_set1_ps(-8.f), sc, widen_bf16(s + W_PANEL + v * 16));
+}
 // out[i][0:64] += groups [g0, g0 + gn) of R rows (p rows of length K, chunk-relative pointers)
 template <int R>
-static void micro(const int8_t* p, int64_t K, const uint8_t* w, const float* sl, const float* xs,
+static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, const float* xs,
                   const float* xsum, int64_t groups, int64_t gn, float* out) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
   for (int64_t g = 0; g < gn; ++g) {
@@ -93,13 +102,14 @@ static void micro(const int8_t* p, int64_t K, const uint8_t* w, const float* sl,
         for (int v = 0; v < 4; ++v) a[i][v] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a[i][v], lo[v], x0), hi[v], x1);
       }
     }
-    const float* s = sl + g * 2 * W_PANEL;
+    __m512 sc[4], lo[4];
+    for (int v = 0; v < 4; ++v) group_scales(sl + g * 2 * W_PANEL, v, sc[v], lo[v]);
     for (int i = 0; i < R; ++i) {
       const __m512 xsi = _mm512_set1_ps(xs[i * groups + g]), xsumi = _mm512_set1_ps(xsum[i * groups + g]);
       for (int v = 0; v < 4; ++v) {
         float* o = out + i * W_PANEL + v * 16;
-        const __m512 t = _mm512_fmadd_ps(_mm512_loadu_ps(s + W_PANEL + v * 16), xsumi, _mm512_loadu_ps(o));
-        const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(a[i][v]), _mm512_mul_ps(_mm512_loadu_ps(s + v * 16), xsi));
+        const __m512 t = _mm512_fmadd_ps(lo[v], xsumi, _mm512_loadu_ps(o));
+        const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(a[i][v]), _mm512_mul_ps(sc[v], xsi));
         _mm512_storeu_ps(o, _mm512_add_ps(t, d));
       }
     }
@@ -109,7 +119,7 @@ static const int W_MB = 4;  // rows per register block: 16 int32 accumulators + 
 #else
 #define W4A8_VARIANT "portable"
 template <int R>
-static void micro(const int8_t* p, int64_t K, const uint8_t* w, const float* sl, const float* xs,
+static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, const float* xs,
                   const float* xsum, int64_t groups, int64_t gn, float* out) {
   for (int64_t g = 0; g < gn; ++g) {
     int32_t a[R][W_PANEL] = {};
@@ -123,12 +133,13 @@ static void micro(const int8_t* p, int64_t K, const uint8_t* w, const float* sl,
               a[i][16 * v + j] += (b & 15) * pr[t] + (b >> 4) * pr[4 + t];
             }
       }
-    const float* s = sl + g * 2 * W_PANEL;
+    const bf16* s = sl + g * 2 * W_PANEL;
     for (int i = 0; i < R; ++i)
       for (int n = 0; n < W_PANEL; ++n) {
         float* o = out + i * W_PANEL + n;
-        const float t = std::fma(s[W_PANEL + n], xsum[i * groups + g], *o);  // the VNNI path's operations
-        *o = t + (float)a[i][n] * (s[n] * xs[i * groups + g]);
+        const float sc = bf2f(s[n]), lo = std::fma(-8.f, sc, bf2f(s[W_PANEL + n]));  // the VNNI path's operations
+        const float t = std::fma(lo, xsum[i * groups + g], *o);
+        *o = t + (float)a[i][n] * (sc * xs[i * groups + g]);
       }
   }
 }
@@ -138,13 +149,13 @@ static const int W_MB = 1;
 extern "C" const char* treespec_w4a8_variant() { return W4A8_VARIANT; }
 
 // Rows [m0, m1) of one panel (codes, scales/lows s) by the micro kernel: out[m][0:64] += their sums.
-static void vnni_rows(const int8_t* p, const float* xs, const float* xsum, const uint8_t* panel, const float* s,
+static void vnni_rows(const int8_t* p, const float* xs, const float* xsum, const uint8_t* panel, const bf16* s,
                       int64_t K, int64_t m0, int64_t m1, float* out) {
   const int64_t groups = K / W_GROUP;
   for (int64_t k0 = 0; k0 < K; k0 += W_KC) {
     const int64_t g0 = k0 / W_GROUP, gn = std::min(W_KC, K - k0) / W_GROUP;
     const uint8_t* w = panel + k0 / 2 * W_PANEL;
-    const float* sg = s + g0 * 2 * W_PANEL;
+    const bf16* sg = s + g0 * 2 * W_PANEL;
     int64_t m = m0;
     for (; m + W_MB <= m1; m += W_MB)
       micro<W_MB>(p + m * K + k0, K, w, sg, xs + m * groups + g0, xsum + m * groups + g0, groups, gn, out + m * W_PANEL);
@@ -197,10 +208,10 @@ static void unpack_codes(const uint8_t* w, uint8_t* bt) {  // w: one group of a 
 }
 
 // out[i][0:64] += group g of rows [m0, m0 + rows): the VNNI micro's epilogue on the tile sums c [4][16][16].
-static void epilogue(const int32_t* c, const float* s, const float* xs, const float* xsum, int64_t groups,
+static void epilogue(const int32_t* c, const bf16* s, const float* xs, const float* xsum, int64_t groups,
                      int64_t g, int64_t m0, int64_t rows, float* out) {
   __m512 sc[4], lo[4];
-  for (int v = 0; v < 4; ++v) sc[v] = _mm512_loadu_ps(s + v * 16), lo[v] = _mm512_loadu_ps(s + W_PANEL + v * 16);
+  for (int v = 0; v < 4; ++v) group_scales(s, v, sc[v], lo[v]);
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t m = m0 + i;
     const __m512 xsi = _mm512_set1_ps(xs[m * groups + g]), xsumi = _mm512_set1_ps(xsum[m * groups + g]);
@@ -231,7 +242,7 @@ static void tile_sums(const int8_t* a, int64_t K, const uint8_t* bt, int32_t* c)
 // 16 rows 52 ms (2-core Intel Xeon host with AMX); at 3 tail rows the two ways cost the same.
 static const int64_t W_AMX_TAIL = 2;
 
-static void gemm_amx(const int8_t* p, const float* xs, const float* xsum, const uint8_t* packed, const float* sl,
+static void gemm_amx(const int8_t* p, const float* xs, const float* xsum, const uint8_t* packed, const bf16* sl,
                      const bf16* bias, bf16* y, int64_t M, int64_t N, int64_t K, int threads) {
   const int64_t panels = w_panels(N), groups = K / W_GROUP;
   const int64_t tail = M % 16, tiled = tail <= W_AMX_TAIL ? M - tail : M;  // rows the tiles take
@@ -247,7 +258,7 @@ static void gemm_amx(const int8_t* p, const float* xs, const float* xsum, const 
     for (int64_t b = 0; b < panels; ++b) {
       std::fill(out.begin(), out.end(), 0.f);
       const uint8_t* panel = packed + b * W_PANEL * K / 2;
-      const float* s = sl + b * groups * 2 * W_PANEL;
+      const bf16* s = sl + b * groups * 2 * W_PANEL;
       for (int64_t g = 0; g < groups && tiled > 0; ++g) {
         unpack_codes(panel + g * W_GROUP / 2 * W_PANEL, bt);
         for (int64_t m0 = 0; m0 < tiled; m0 += 16) {
@@ -265,10 +276,10 @@ static void gemm_amx(const int8_t* p, const float* xs, const float* xsum, const 
 extern "C" int treespec_w4a8_amx() { return 0; }
 #endif
 
-// codes [N, K] (0..15, one per byte), scale/lo [K/64, N] fp32 -> panels (header) and per-panel
-// [K/64][2][64] fp32 (scales then lows, zero past N).
-extern "C" void treespec_pack_w4a8(const uint8_t* codes, const float* scale, const float* lo, uint8_t* out,
-                                   float* sl, int64_t N, int64_t K, int threads) {
+// codes [N, K] (0..15, one per byte), scale/zero [K/64, N] bf16 -> panels (header) and per-panel
+// [K/64][2][64] bf16 (scales then zeros, zero past N).
+extern "C" void treespec_pack_w4a8(const uint8_t* codes, const bf16* scale, const bf16* zero, uint8_t* out,
+                                   bf16* sl, int64_t N, int64_t K, int threads) {
   const int64_t panels = w_panels(N), groups = K / W_GROUP;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t b = 0; b < panels; ++b) {
@@ -283,12 +294,12 @@ extern "C" void treespec_pack_w4a8(const uint8_t* codes, const float* scale, con
               const uint8_t c1 = n < N ? (uint8_t)(codes[n * K + k + 4] & 15) : 0;
               *o++ = (uint8_t)(c0 | (c1 << 4));
             }
-    pack_panel_scales(scale, lo, sl + b * groups * 2 * W_PANEL, b, N, groups);
+    pack_panel_scales(scale, zero, sl + b * groups * 2 * W_PANEL, b, N, groups);
   }
 }
 
 // y [M, N] bf16 = x [M, K] bf16 times the packed weight (+ bias [N] bf16 or null); K % 64 == 0.
-extern "C" void treespec_gemm_w4a8(const bf16* x, const uint8_t* packed, const float* sl, const bf16* bias, bf16* y,
+extern "C" void treespec_gemm_w4a8(const bf16* x, const uint8_t* packed, const bf16* sl, const bf16* bias, bf16* y,
                                    int64_t M, int64_t N, int64_t K, int threads, int64_t amx_rows) {
   const int64_t panels = w_panels(N), groups = K / W_GROUP;
   const int64_t Mp = (M + 15) / 16 * 16;  // AMX reads whole 16-row tiles: zero rows past M
@@ -309,7 +320,7 @@ extern "C" void treespec_gemm_w4a8(const bf16* x, const uint8_t* packed, const f
     for (int64_t b = 0; b < panels; ++b) {
       std::fill(out.begin(), out.end(), 0.f);
       const uint8_t* panel = packed + b * W_PANEL * K / 2;
-      const float* s = sl + b * groups * 2 * W_PANEL;
+      const bf16* s = sl + b * groups * 2 * W_PANEL;
       vnni_rows(p.data(), xs.data(), xsum.data(), panel, s, K, 0, M, out.data());
       write_panel(out.data(), bias, y, M, N, b);
     }
