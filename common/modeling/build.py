@@ -36,8 +36,22 @@ def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
     model = DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device, head_ids)
     if cfg.draft_quantization != "none" and cfg.device == "cpu" and cfg.dtype == "bfloat16":
         _int8_head(model)  # read once per draft level; the main model verifies every proposal anyway
+        _small_pass_attention(model)
     return with_kernels(cfg, model), tok
 
+
+DRAFT_EXACT_MAX_ROWS = 8  # draft passes up to this many rows (levels, catch-ups) use ExactAttention
+
+
+def _small_pass_attention(model: DecoderModel) -> None:
+    """Attention of a CPU draft's small passes by treespec's C++ kernel (``attention.ExactAttention``)
+    instead of SDPA with a repeated mask: a 0.5B draft pass measured 12.5 ms instead of 14.2 at 1 row
+    and 17.8 instead of 19.1 at 4 rows, the same at 8 (2-core Intel Xeon host). Prefills keep SDPA,
+    whose blocked kernel is faster on long segments. The draft need not be row-independent; this is speed
+    only. No library (no g++): SDPA everywhere."""
+    from common.modeling.native import library
+    model.exact_lib = library()
+    model.exact_max_rows = DRAFT_EXACT_MAX_ROWS
 
 def _int8_head(model: DecoderModel) -> None:
     """Replace ``model``'s LM head by int8 with one scale per vocabulary row (``quant.Int8Weight``):

@@ -126,6 +126,7 @@ class DecoderModel:
         self._cos, self._sin = rope_tables(spec, spec.max_positions, dtype, device)
         self.kernel_plan = None  # kernel_probe.KernelPlan once kernel_probe.install ran
         self.exact_lib = None  # a native library: attention by ExactAttention (a W4A8 main: row-independent passes)
+        self.exact_max_rows: int | None = None  # ... only in passes of at most this many rows (None: every pass)
         self.ops = fused_ops.for_model(dtype, device)  # element-wise ops: C++ for bf16 on CPU
 
     def _local_kv(self) -> int:
@@ -160,7 +161,8 @@ class DecoderModel:
         x = self.w["embed"][tokens]  # [B, T, H] or [1, N, H] (a copy: the layers add into it in place)
         cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D] or [1, N, D]
         starts = [cache.lengths[s] for s in slots]
-        attend = tree_attention if self.exact_lib is None else ExactAttention(self.exact_lib, mask, slots, cache.max_len)
+        exact = self.exact_lib is not None and (self.exact_max_rows is None or T <= self.exact_max_rows)
+        attend = ExactAttention(self.exact_lib, mask, slots, cache.max_len) if exact else tree_attention
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):
             x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask, rag, attend)

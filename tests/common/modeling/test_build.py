@@ -135,6 +135,35 @@ class TestRealQuantizedMain:
         assert greedy_spec_equals_plain(main, draft, tok, 4, 4) > 1.5  # the draft does get accepted
 
 
+class TestDraftAttention:
+    def test_small_draft_passes_use_exact_attention(self, monkeypatch):
+        """A quantized bf16 CPU draft runs ExactAttention in passes of up to DRAFT_EXACT_MAX_ROWS rows and SDPA in a longer prefill, with outputs close to SDPA's."""
+        import numpy as np
+        import common.modeling.model as model_module
+        from common.modeling.build import DRAFT_EXACT_MAX_ROWS, draft_model
+        from common.modeling.runner import forward_segments
+        if library() is None:
+            pytest.skip("no C++ compiler: the draft keeps SDPA")
+        cfg = Config(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
+        draft, _ = draft_model(cfg)
+        assert draft.exact_lib is not None and draft.exact_max_rows == DRAFT_EXACT_MAX_ROWS
+        calls = []
+        real = model_module.ExactAttention
+        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
+        cache = draft.new_cache(1, 64)
+        slot = cache.allocate()
+        none = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        forward_segments(draft, cache, [slot], [list(range(1, 21))], [none[0]], [none[1]])  # a 20-row prefill
+        assert calls == []
+        cache.commit(slot, list(range(20)))
+        tree = np.array([5, 6, 7], np.int64), np.array([-1, 0, 0], np.int32)
+        exact = forward_segments(draft, cache, [slot], [[4]], [tree[0]], [tree[1]])[0]  # 4 rows
+        assert len(calls) == 1
+        draft.exact_lib = None
+        sdpa = forward_segments(draft, cache, [slot], [[4]], [tree[0]], [tree[1]])[0]
+        assert torch.allclose(exact.float(), sdpa.float(), atol=5e-2, rtol=5e-2)
+
+
 class TestDraftHead:
     def test_quantized_bf16_draft_reads_an_int8_lm_head(self):
         """A quantized bf16 draft's LM head is int8 (half the bytes per draft level) with logits close to the bf16
