@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = tuple(CSRC / f for f in ("packed_gemm.cpp", "w4a8_gemm.cpp", "decoder_ops.cpp", "exact_attention.cpp"))  # one library
-HEADERS = (CSRC / "bf16.h", CSRC / "int4_scales.h", CSRC / "exp_fast.h")
+HEADERS = tuple(CSRC / f for f in ("bf16.h", "int4_scales.h", "exp_fast.h", "w4a8_amx.h"))
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
 BUILD_TIMEOUT_S = 120

@@ -179,101 +179,10 @@ static void write_panel(const float* out, const bf16* bias, bf16* y, int64_t M, 
 }
 
 #ifdef W4A8_AMX
-// AMX-INT8 path for many rows (a token tree, a prefill). One TDPBSUD multiplies a 16-row x 64-channel
-// int8 activation tile by a 64-channel x 16-output tile of codes (Intel SDM vol. 2, TDPBSUD; Intel
-// Optimization Reference Manual, "Intel AMX"), 16x the MACs of a VPDPBUSD. Each group's int32 sums are
-// the same exact integers as the VNNI path's, and the float epilogue below is that path's, operation for
-// operation, so both paths give bit-identical results and may be mixed across row counts.
-// The codes tile (B, "VNNI layout": row r = channels 4r..4r+3 of 16 outputs) of output block v is the
-// low nibbles (row 2o) and high nibbles (row 2o+1) of the packed octet o's block v.
-extern "C" int treespec_w4a8_amx() {  // Linux gates AMX state per process (arch_prctl XCOMP_PERM)
-  const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-  return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : 0;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-static void unpack_codes(const uint8_t* w, uint8_t* bt) {  // w: one group of a panel; bt: [4][16][64]
-  const __m512i nib = _mm512_set1_epi8(0x0f);
-  for (int o = 0; o < 8; ++o)
-    for (int v = 0; v < 4; ++v) {
-      const __m512i b = _mm512_loadu_si512((const void*)(w + (4 * o + v) * 64));
-      _mm512_store_si512((void*)(bt + (v * 16 + 2 * o) * 64), _mm512_and_si512(b, nib));
-      _mm512_store_si512((void*)(bt + (v * 16 + 2 * o + 1) * 64), _mm512_and_si512(_mm512_srli_epi16(b, 4), nib));
-    }
-}
-
-// out[i][0:64] += group g of rows [m0, m0 + rows): the VNNI micro's epilogue on the tile sums c [4][16][16].
-static void epilogue(const int32_t* c, const bf16* s, const float* xs, const float* xsum, int64_t groups,
-                     int64_t g, int64_t m0, int64_t rows, float* out) {
-  __m512 sc[4], lo[4];
-  for (int v = 0; v < 4; ++v) group_scales(s, v, sc[v], lo[v]);
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t m = m0 + i;
-    const __m512 xsi = _mm512_set1_ps(xs[m * groups + g]), xsumi = _mm512_set1_ps(xsum[m * groups + g]);
-    float* o = out + m * W_PANEL;
-    for (int v = 0; v < 4; ++v) {
-      const __m512 t = _mm512_fmadd_ps(lo[v], xsumi, _mm512_loadu_ps(o + v * 16));
-      const __m512i a = _mm512_loadu_si512((const void*)(c + (v * 16 + i) * 16));
-      const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sc[v], xsi));
-      _mm512_storeu_ps(o + v * 16, _mm512_add_ps(t, d));
-    }
-  }
-}
-
-// One group's int32 sums for 16 rows: c [4][16 rows][16 outputs] = a [16 rows][64] (int8, row stride K)
-// times the group's four codes tiles bt [4][16][64] (tmm0: activations, tmm1/2: codes, tmm4-7: sums).
-static void tile_sums(const int8_t* a, int64_t K, const uint8_t* bt, int32_t* c) {
-  _tile_zero(4); _tile_zero(5); _tile_zero(6); _tile_zero(7);
-  _tile_loadd(0, a, K);
-  _tile_loadd(1, bt, 64); _tile_loadd(2, bt + 1024, 64); _tile_loadd(3, bt + 2048, 64);
-  _tile_dpbsud(4, 0, 1); _tile_dpbsud(5, 0, 2); _tile_dpbsud(6, 0, 3);
-  _tile_loadd(1, bt + 3072, 64); _tile_dpbsud(7, 0, 1);
-  _tile_stored(4, c, 64); _tile_stored(5, c + 256, 64);
-  _tile_stored(6, c + 512, 64); _tile_stored(7, c + 768, 64);
-}
-
-// Rows past the last whole tile, up to this many, run the VNNI micro kernel instead of a mostly empty
-// 16-row tile: 17 rows (a 16-node tree) measured 61 ms that way vs 67 ms with two tiles per 1.5B pass,
-// 16 rows 52 ms (2-core Intel Xeon host with AMX); at 3 tail rows the two ways cost the same.
-static const int64_t W_AMX_TAIL = 2;
-
-static void gemm_amx(const int8_t* p, const float* xs, const float* xsum, const uint8_t* packed, const bf16* sl,
-                     const bf16* bias, bf16* y, int64_t M, int64_t N, int64_t K, int threads) {
-  const int64_t panels = w_panels(N), groups = K / W_GROUP;
-  const int64_t tail = M % 16, tiled = tail <= W_AMX_TAIL ? M - tail : M;  // rows the tiles take
-#pragma omp parallel num_threads(threads)
-  {
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);  // per thread: tile state is a thread's register state
-    alignas(64) uint8_t bt[4 * 16 * 64];
-    alignas(64) int32_t c[4 * 16 * 16];
-    std::vector<float> out(M * W_PANEL);
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < panels; ++b) {
-      std::fill(out.begin(), out.end(), 0.f);
-      const uint8_t* panel = packed + b * W_PANEL * K / 2;
-      const bf16* s = sl + b * groups * 2 * W_PANEL;
-      for (int64_t g = 0; g < groups && tiled > 0; ++g) {
-        unpack_codes(panel + g * W_GROUP / 2 * W_PANEL, bt);
-        for (int64_t m0 = 0; m0 < tiled; m0 += 16) {
-          tile_sums(p + m0 * K + g * W_GROUP, K, bt, c);
-          epilogue(c, s + g * 2 * W_PANEL, xs, xsum, groups, g, m0, std::min<int64_t>(16, M - m0), out.data());
-        }
-      }
-      vnni_rows(p, xs, xsum, panel, s, K, tiled, M, out.data());  // a short tail: cheaper than a 16-row tile
-      write_panel(out.data(), bias, y, M, N, b);
-    }
-    _tile_release();
-  }
-}
+#include "w4a8_amx.h"
 #else
 extern "C" int treespec_w4a8_amx() { return 0; }
+static int64_t amx_tiled_rows(int64_t, int64_t) { return 0; }
 #endif
 
 // codes [N, K] (0..15, one per byte), scale/zero [K/64, N] bf16 -> panels (header) and per-panel
@@ -302,26 +211,26 @@ extern "C" void treespec_pack_w4a8(const uint8_t* codes, const bf16* scale, cons
 extern "C" void treespec_gemm_w4a8(const bf16* x, const uint8_t* packed, const bf16* sl, const bf16* bias, bf16* y,
                                    int64_t M, int64_t N, int64_t K, int threads, int64_t amx_rows) {
   const int64_t panels = w_panels(N), groups = K / W_GROUP;
-  const int64_t Mp = (M + 15) / 16 * 16;  // AMX reads whole 16-row tiles: zero rows past M
-  std::vector<int8_t> p(Mp * K, 0);
+  const int64_t tiled = amx_tiled_rows(M, amx_rows);  // rows [0, tiled) by AMX tiles, the rest by VNNI
+  const int64_t Mp = tiled > 0 ? (M + 15) / 16 * 16 : M;  // tiles read whole 16-row blocks: zero rows past M
+  std::vector<int8_t> p(Mp * K);
   std::vector<float> xs(Mp * groups), xsum(Mp * groups);
   quantize_rows(x, M, K, p.data(), xs.data(), xsum.data());
-#ifdef W4A8_AMX
-  if (amx_rows > 0 && M >= amx_rows) {
-    gemm_amx(p.data(), xs.data(), xsum.data(), packed, sl, bias, y, M, N, K, threads);
-    return;
-  }
-#endif
-  (void)amx_rows;
 #pragma omp parallel num_threads(threads)
   {
+#ifdef W4A8_AMX
+    AmxPanel amx(tiled > 0);
+#endif
     std::vector<float> out(M * W_PANEL);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < panels; ++b) {
       std::fill(out.begin(), out.end(), 0.f);
       const uint8_t* panel = packed + b * W_PANEL * K / 2;
       const bf16* s = sl + b * groups * 2 * W_PANEL;
-      vnni_rows(p.data(), xs.data(), xsum.data(), panel, s, K, 0, M, out.data());
+#ifdef W4A8_AMX
+      amx.run(p.data(), xs.data(), xsum.data(), panel, s, M, K, tiled, out.data());
+#endif
+      vnni_rows(p.data(), xs.data(), xsum.data(), panel, s, K, tiled, M, out.data());
       write_panel(out.data(), bias, y, M, N, b);
     }
   }
