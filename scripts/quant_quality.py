@@ -90,12 +90,12 @@ def compare(ref: list[int], out: list[int], forced: list[int]) -> dict:
 
 def served_bytes(weights: dict, scheme: str) -> dict:
     """Bytes of the served model's weights: all, the layers' projections, and the LM head (w4a8: int4
-    codes with fp32 scales and lows per group of 64, the W4A8 kernel's; int8 and int4: int8 with bf16 row
+    codes with bf16 scales and zeros per group of 64, the W4A8 kernel's; int8 and int4: int8 with bf16 row
     scales; none: the bf16 matrix; a tied head is held besides the embedding)."""
     q = {k: replace(v, codes=None) if isinstance(v, Int4Weight) else v  # codes live only until repacked
          for k, v in quantize_main_weights(weights, scheme, torch.bfloat16).items()}
     rows, cols = weights["lm_head"].shape
-    head = {"none": rows * cols * 2, "w4a8": rows * cols // 2 + rows * (cols // 64) * 8}.get(scheme, rows * cols + rows * 2)
+    head = {"none": rows * cols * 2, "w4a8": rows * cols // 2 + rows * (cols // 64) * 4}.get(scheme, rows * cols + rows * 2)
     if scheme != "none":  # the quantized head replaces the bf16 one (a tied one stays the embedding)
         q.pop("lm_head")
     layers = weight_bytes({k: v for k, v in q.items() if k.startswith("layers.")})

@@ -15,8 +15,9 @@ result up to float rounding but differ in speed by host, weight shape and row co
   int8 or int4 weight repacked once into 64-channel panels in huge pages; a candidate wherever
   the library built on this host (needs a C++ compiler);
 * ``w4a8``: treespec's W4A8 kernel (``csrc/w4a8_gemm.cpp``: int8 activations, VNNI integer
-  dot products) on an int4 weight that need not be exact (``Int4Weight.exact`` False: a
-  draft model's), where the library has its AVX512-VNNI variant.
+  dot products; AMX-INT8 tiles from the row count ``w4a8_amx.py`` measured) on an int4 weight that
+  need not be exact (``Int4Weight.exact`` False: a draft model's), where the library has its
+  AVX512-VNNI variant.
 
 :func:`choose` turns timings (``kernel_probe.py`` measures them at worker start) into a
 ladder per format; :func:`apply_plan` wraps each projection weight in a

@@ -5,7 +5,8 @@ kernels run on weights repacked once into 64-channel panels.
 Weights: bf16, int8 with one scale per output channel (half the bytes per step), or int4
 with a scale and low per group of 64 input channels (a quarter; the draft's default and
 ``main_quantization = int4``). int4 weights also run in the W4A8 kernel, which rounds the
-activations to int8 and uses integer dot products (AVX512-VNNI; ``pack_w4a8``).
+activations to int8 and uses integer dot products (AVX512-VNNI, and AMX-INT8 tiles for passes of
+many rows where the CPU has them; ``pack_w4a8``, ``w4a8_amx.py``).
 
 Why a kernel of our own: a decode step streams every weight once for 1 row (a plain step)
 or 8-64 rows (a token tree), so it is memory-bandwidth bound; torch's bf16 kernels on CPUs
