@@ -102,8 +102,9 @@ def _row_independent(model: DecoderModel) -> None:
     model.head_weight = lib.pack_w4a8(*int4_codes(model.head_weight, model.dtype))
     model.w.pop("lm_head", None)  # an untied bf16 head is not held twice (a tied one stays the embedding)
     model.exact_lib = lib
-    log.info("w4a8 main: W4A8 kernel (%s, AMX from %s rows) for every projection and the LM head, exact attention",
-             lib.w4a8_variant, lib.w4a8_amx_rows or "no")
+    amx = f"AMX from {lib.w4a8_amx_rows} rows" if lib.w4a8_amx_rows else "no AMX"
+    log.info("w4a8 main: W4A8 kernel (%s, %s) for every projection and the LM head, exact attention",
+             lib.w4a8_variant, amx)
 
 
 def with_kernels(cfg: Config, model: DecoderModel) -> DecoderModel:
