@@ -49,7 +49,7 @@ static void epilogue(const int32_t* c, const bf16* s, const float* xs, const flo
 }
 
 // One group's int32 sums for 16 rows: c [4][16 rows][16 outputs] = a [16 rows][64] (int8, row stride K)
-// times the group's four codes tiles bt [4][16][64] (tmm0: activations, tmm1/2: codes, tmm4-7: sums).
+// times the group's four codes tiles bt [4][16][64] (tmm0: activations, tmm1-3: codes, tmm4-7: sums).
 static void tile_sums(const int8_t* a, int64_t K, const uint8_t* bt, int32_t* c) {
   _tile_zero(4); _tile_zero(5); _tile_zero(6); _tile_zero(7);
   _tile_loadd(0, a, K);
