@@ -53,6 +53,7 @@ def _small_pass_attention(model: DecoderModel) -> None:
     model.exact_lib = library()
     model.exact_max_rows = DRAFT_EXACT_MAX_ROWS
 
+
 def _int8_head(model: DecoderModel) -> None:
     """Replace ``model``'s LM head by int8 with one scale per vocabulary row (``quant.Int8Weight``):
     half the bytes of a bf16 head, which a decode step reads whole (a Qwen2.5-1.5B head is 0.47 GB

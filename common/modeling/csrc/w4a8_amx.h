@@ -30,7 +30,7 @@ static void unpack_codes(const uint8_t* w, uint8_t* bt) {  // w: one group of a 
     }
 }
 
-// out[i][0:64] += group g of rows [m0, m0 + rows): the VNNI micro's epilogue on the tile sums c [4][16][16].
+// out[i][0:64] += group g of rows [m0, m0 + rows) from the tile sums c [4][16][16] (add_group, as VNNI).
 static void epilogue(const int32_t* c, const bf16* s, const float* xs, const float* xsum, int64_t groups,
                      int64_t g, int64_t m0, int64_t rows, float* out) {
   __m512 sc[4], lo[4];
@@ -40,10 +40,7 @@ static void epilogue(const int32_t* c, const bf16* s, const float* xs, const flo
     const __m512 xsi = _mm512_set1_ps(xs[m * groups + g]), xsumi = _mm512_set1_ps(xsum[m * groups + g]);
     float* o = out + m * W_PANEL;
     for (int v = 0; v < 4; ++v) {
-      const __m512 t = _mm512_fmadd_ps(lo[v], xsumi, _mm512_loadu_ps(o + v * 16));
-      const __m512i a = _mm512_loadu_si512((const void*)(c + (v * 16 + i) * 16));
-      const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sc[v], xsi));
-      _mm512_storeu_ps(o + v * 16, _mm512_add_ps(t, d));
+      add_group(o + v * 16, _mm512_loadu_si512((const void*)(c + (v * 16 + i) * 16)), sc[v], lo[v], xsi, xsumi);
     }
   }
 }

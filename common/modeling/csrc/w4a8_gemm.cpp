@@ -78,6 +78,13 @@ static inline void group_scales(const bf16* s, int v, __m512& sc, __m512& lo) {
   sc = widen_bf16(s + v * 16);
   lo = _mm512_fmadd_ps(_mm512_set1_ps(-8.f), sc, widen_bf16(s + W_PANEL + v * 16));
 }
+// o[0:16] += one group's term for one row: xs * (scale * sum q p) + lo * xs * sum p, from the int32 sums a.
+// The VNNI micro kernel and the AMX path both call this: their bit-identical results rest on it.
+static inline void add_group(float* o, __m512i a, __m512 sc, __m512 lo, __m512 xsi, __m512 xsumi) {
+  const __m512 t = _mm512_fmadd_ps(lo, xsumi, _mm512_loadu_ps(o));
+  const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sc, xsi));
+  _mm512_storeu_ps(o, _mm512_add_ps(t, d));
+}
 // out[i][0:64] += groups [g0, g0 + gn) of R rows (p rows of length K, chunk-relative pointers)
 template <int R>
 static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, const float* xs,
@@ -108,9 +115,7 @@ static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, 
       const __m512 xsi = _mm512_set1_ps(xs[i * groups + g]), xsumi = _mm512_set1_ps(xsum[i * groups + g]);
       for (int v = 0; v < 4; ++v) {
         float* o = out + i * W_PANEL + v * 16;
-        const __m512 t = _mm512_fmadd_ps(lo[v], xsumi, _mm512_loadu_ps(o));
-        const __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(a[i][v]), _mm512_mul_ps(sc[v], xsi));
-        _mm512_storeu_ps(o, _mm512_add_ps(t, d));
+        add_group(o, a[i][v], sc[v], lo[v], xsi, xsumi);
       }
     }
   }
