@@ -12,10 +12,11 @@ result up to float rounding but differ in speed by host, weight shape and row co
 * ``dense``: ``F.linear`` on an int4 weight's kept bf16 copy (``Int4Weight.dense``);
 * ``native``: the weight object's own ``linear`` (any other weight class, e.g. int8);
 * ``packed``: treespec's own kernel (``native.py``, ``csrc/packed_gemm.cpp``) on a bf16,
-  int8 or int4 weight repacked once into 64-channel panels in huge pages; a candidate wherever
+  int8 or int4 weight repacked once into 64-channel panels in huge pages (bf16: AMX-BF16 tiles
+  from the row count ``amx.py`` measured, where the CPU has them); a candidate wherever
   the library built on this host (needs a C++ compiler);
 * ``w4a8``: treespec's W4A8 kernel (``csrc/w4a8_gemm.cpp``: int8 activations, VNNI integer
-  dot products; AMX-INT8 tiles from the row count ``w4a8_amx.py`` measured) on an int4 weight that
+  dot products; AMX-INT8 tiles from the row count ``amx.py`` measured) on an int4 weight that
   need not be exact (``Int4Weight.exact`` False: a draft model's), where the library has its
   AVX512-VNNI variant.
 

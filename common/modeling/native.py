@@ -6,13 +6,14 @@ Weights: bf16, int8 with one scale per output channel (half the bytes per step),
 with a scale and low per group of 64 input channels (a quarter; the draft's default and
 ``main_quantization = int4``). int4 weights also run in the W4A8 kernel, which rounds the
 activations to int8 and uses integer dot products (AVX512-VNNI, and AMX-INT8 tiles for passes of
-many rows where the CPU has them; ``pack_w4a8``, ``w4a8_amx.py``).
+many rows where the CPU has them; ``pack_w4a8``, ``amx.py``).
 
 Why a kernel of our own: a decode step streams every weight once for 1 row (a plain step)
 or 8-64 rows (a token tree), so it is memory-bandwidth bound; torch's bf16 kernels on CPUs
 without AMX reach about half of the bandwidth at 1 row and cost 2x more at 16 rows.
 The panel layout keeps one sequential stream per thread and, with AVX512-BF16, lets up to
-6 rows share every weight load (see the C++ file's header for the algorithm).
+3 rows share every weight load; where the CPU has AMX-BF16, calls of many rows (from the count
+``amx.py`` measured) multiply 16-row tiles instead (see the C++ file for the algorithm).
 
 Build: ``g++ -O3 -march=native -fopenmp -shared`` into ``<model cache>/native/`` (a temp
 directory if that is not writable), keyed by the source, the compiler and the CPU flags,
@@ -45,7 +46,7 @@ import torch.nn.functional as F
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = tuple(CSRC / f for f in ("packed_gemm.cpp", "w4a8_gemm.cpp", "decoder_ops.cpp", "exact_attention.cpp"))  # one library
-HEADERS = tuple(CSRC / f for f in ("bf16.h", "int4_scales.h", "exp_fast.h", "w4a8_amx.h"))
+HEADERS = tuple(CSRC / f for f in ("bf16.h", "int4_scales.h", "exp_fast.h", "amx.h", "w4a8_amx.h"))
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
 BUILD_TIMEOUT_S = 120
@@ -130,7 +131,7 @@ class PackedGemmLibrary:
         self._lib.treespec_packed_elems.restype = ctypes.c_int64
         self._lib.treespec_packed_elems.argtypes = [ctypes.c_int64] * 2
         self._lib.treespec_pack.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_int]
-        self._lib.treespec_gemm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+        self._lib.treespec_gemm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int, ctypes.c_int64]
         self._lib.treespec_pack_int8.argtypes = self._lib.treespec_pack.argtypes
         self._lib.treespec_gemm_int8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         self._lib.treespec_pack_int4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_int]
@@ -155,6 +156,8 @@ class PackedGemmLibrary:
         self.w4a8_vnni = self.w4a8_variant == "avx512vnni"  # fast W4A8 (the portable variant is a reference)
         self.w4a8_amx = bool(self._lib.treespec_w4a8_amx())  # AMX-INT8 built and granted by the OS
         self.w4a8_amx_rows = 0  # W4A8 calls with at least this many rows take the AMX path (0: never)
+        self.bf16_amx = bool(self._lib.treespec_bf16_amx())  # AMX-BF16 built and granted by the OS
+        self.bf16_amx_rows = 0  # bf16 calls with at least this many rows take the AMX path (0: never)
         self._gemm = {"bf16": self._lib.treespec_gemm, "int8": self._lib.treespec_gemm_int8,
                       "int4": self._lib.treespec_gemm_int4, "w4a8": self._lib.treespec_gemm_w4a8}
 
@@ -221,7 +224,8 @@ class PackedGemmLibrary:
         common = (0 if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], packed.n, x.shape[1],
                   torch.get_num_threads())
         scales = () if packed.scales is None else (packed.scales.data_ptr(),)
-        amx = (self.w4a8_amx_rows if self.w4a8_amx else 0,) if packed.kind == "w4a8" else ()
+        amx = (self.w4a8_amx_rows if self.w4a8_amx else 0,) if packed.kind == "w4a8" else (
+            (self.bf16_amx_rows if self.bf16_amx else 0,) if packed.kind == "bf16" else ())
         self._gemm[packed.kind](x.data_ptr(), packed.data.data_ptr(), *scales, *common, *amx)
 
 
@@ -313,8 +317,9 @@ def library(out_dir: Path | None = None) -> PackedGemmLibrary | None:
 
     path = build(out_dir or cache_dir() / "native")
     lib = None if path is None else load(path)
-    if lib is not None and lib.w4a8_amx:
-        from common.modeling.w4a8_amx import measure_amx_rows
-        lib.w4a8_amx_rows = measure_amx_rows(lib)
-        structlog.get_logger("kernels").info("w4a8 AMX path", from_rows=lib.w4a8_amx_rows or None)
+    if lib is not None and (lib.w4a8_amx or lib.bf16_amx):
+        from common.modeling.amx import KINDS, measure_amx_rows
+        for kind in KINDS:
+            setattr(lib, f"{kind}_amx_rows", measure_amx_rows(lib, kind))
+            structlog.get_logger("kernels").info(f"{kind} AMX path", from_rows=getattr(lib, f"{kind}_amx_rows") or None)
     return lib

@@ -7,9 +7,9 @@
 // prefetchers follow best), and with AVX512-BF16 one VDPBF16PS multiplies a broadcast pair of
 // activations by a pair of weights for 16 outputs, so no horizontal sums are needed (the
 // register-blocked GEMM micro-kernel of Goto & van de Geijn 2008, section 5, with the "VNNI"
-// pair layout oneDNN uses for bf16). Up to MB rows share each weight load (rows 8..16 cost
-// little more than 1). Every row is accumulated in the same order whatever M is, so a row's
-// result does not depend on how many rows ride with it (speculation and plain decoding agree).
+// pair layout oneDNN uses for bf16). Up to MB rows share each weight load. Every row is
+// accumulated in the same order whatever M is, so a row's result does not depend on how many rows
+// ride with it (speculation and plain decoding agree).
 //
 // Variants by compiler target: AVX512-BF16, AVX2+FMA, portable C++ (same layout, same results up
 // to fp32 summation order within a row).
@@ -29,11 +29,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 #include "bf16.h"
 #include "int4_scales.h"
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#include "amx.h"
+#define BF16_AMX 1
 #endif
 
 static const int64_t PANEL = 64;  // output channels per panel
@@ -44,7 +49,7 @@ static inline int64_t npad(int64_t N) { return (N + PANEL - 1) / PANEL * PANEL; 
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #define VARIANT "avx512bf16"
-static const int MB = 6;  // rows per register block: 6 x 4 accumulators + 4 weight registers
+static const int MB = 3;  // rows per register block: 3 x 8 accumulators + 4 weight registers
 // A k-pair of a panel as 4 x 32 bf16 (16 outputs x the pair each): bf16 panels load it, int8
 // panels (the same [K/2][64][2] order, one byte each) widen it in registers (exact: |q| <= 127).
 static inline void load_pair(const bf16* p, __m512bh w[4]) {
@@ -57,22 +62,42 @@ static inline void load_pair(const int8_t* p, __m512bh w[4]) {
     w[v] = _mm512_cvtne2ps_pbh(hi, lo);  // lanes 0..15 from lo, 16..31 from hi
   }
 }
-// acc[i][0:64] += x[i, k0:k0+kc] . panel[k0:k0+kc] for R rows (x rows have even length K)
+template <int R, typename W>
+static inline void fma_pair(const bf16* x, int64_t K, int64_t k, const W* p, __m512 a[R][4]) {
+  __m512bh w[4];
+  load_pair(p, w);
+  for (int i = 0; i < R; ++i) {
+    int32_t pair; std::memcpy(&pair, x + i * K + k, 4);
+    const __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+    for (int v = 0; v < 4; ++v) a[i][v] = _mm512_dpbf16_ps(a[i][v], xb, w[v]);
+  }
+}
+// acc[i][0:64] += x[i, k0:k0+kc] . panel[k0:k0+kc] for R rows (x rows have even length K).
+// Two accumulator sets, even and odd k-pairs, summed at the chunk's end: twice the independent
+// VDPBF16PS chains, which a one-row pass needs to keep enough loads in flight (one set streamed
+// 24 GB/s on the 2-core Xeon host, two sets 30 GB/s, the host's read bandwidth). Every R sums in
+// this same order, so a row's result still does not depend on the rows beside it.
 template <int R, typename W>
 static void micro(const bf16* x, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc) {
-  __m512 a[R][4];
-  for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) a[i][v] = _mm512_loadu_ps(acc + i * PANEL + v * 16);
+  __m512 a[R][4], b[R][4];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 4; ++v) a[i][v] = _mm512_loadu_ps(acc + i * PANEL + v * 16), b[i][v] = _mm512_setzero_ps();
   const W* p = panel + k0 * PANEL;
-  for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
-    __m512bh w[4];
-    load_pair(p, w);
-    for (int i = 0; i < R; ++i) {
-      int32_t pair; std::memcpy(&pair, x + i * K + k, 4);
-      __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
-      for (int v = 0; v < 4; ++v) a[i][v] = _mm512_dpbf16_ps(a[i][v], xb, w[v]);
+  int64_t k = k0;
+  for (; k + 4 <= k0 + kc; k += 4, p += 4 * PANEL) {
+    if constexpr (R == 1 && std::is_same_v<W, bf16>) {  // weights as memory operands: 10% faster here
+      int32_t p0, p1; std::memcpy(&p0, x + k, 4); std::memcpy(&p1, x + k + 2, 4);
+      const __m512bh x0 = (__m512bh)_mm512_set1_epi32(p0), x1 = (__m512bh)_mm512_set1_epi32(p1);
+      for (int v = 0; v < 4; ++v) a[0][v] = _mm512_dpbf16_ps(a[0][v], x0, (__m512bh)_mm512_loadu_si512(p + v * 32));
+      for (int v = 0; v < 4; ++v) b[0][v] = _mm512_dpbf16_ps(b[0][v], x1, (__m512bh)_mm512_loadu_si512(p + 128 + v * 32));
+    } else {
+      fma_pair<R>(x, K, k, p, a);
+      fma_pair<R>(x, K, k + 2, p + 2 * PANEL, b);
     }
   }
-  for (int i = 0; i < R; ++i) for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc + i * PANEL + v * 16, a[i][v]);
+  if (k < k0 + kc) fma_pair<R>(x, K, k, p, a);  // an odd number of pairs in the chunk
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(acc + i * PANEL + v * 16, _mm512_add_ps(a[i][v], b[i][v]));
 }
 
 // int4 panel: per k-pair 64 bytes (see the header); per group of 64 k: 64 scales then 64 lows.
@@ -205,9 +230,6 @@ static void panel_rows(const bf16* x, int64_t M, int64_t K, const W* panel, int6
   const bf16* xr = x + m * K;
   float* ar = acc + m * PANEL;
   switch (M - m) {  // only reached with MB > 1: R rows of micro<R> then share each weight load
-    case 5: micro<5>(xr, K, panel, k0, kc, ar); break;
-    case 4: micro<4>(xr, K, panel, k0, kc, ar); break;
-    case 3: micro<3>(xr, K, panel, k0, kc, ar); break;
     case 2: micro<2>(xr, K, panel, k0, kc, ar); break;
     case 1: micro<1>(xr, K, panel, k0, kc, ar); break;
     default: break;
@@ -227,20 +249,70 @@ static void pack(const W* w, W* out, int64_t N, int64_t K, int threads) {
     }
 }
 
+#ifdef BF16_AMX
+// AMX-BF16 path for many rows (a token tree, a prefill): one TDPBF16PS multiplies a 16-row x 32-channel
+// activation tile by a 32-channel x 16-output weight tile, 16x the MACs of a VDPBF16PS (Intel SDM vol. 2,
+// TDPBF16PS). The panel layout is already AMX's "VNNI" B layout: tile v of outputs 16v..16v+15 is 16
+// k-pair rows of 64 bytes at a stride of 256 bytes. fp32 accumulation in the tiles over all of K; the sum
+// order differs from the VDPBF16PS path, so the two paths agree to fp32 rounding, not bit for bit.
+// Every row of a call of at least amx_rows rows goes to the tiles (K a multiple of 32): a ragged last
+// tile costs about as much as sending its rows through VDPBF16PS (17 rows of a 1.5B pass: 119 vs 123 ms).
+static int64_t amx_rows_of(int64_t M, int64_t K, int64_t amx_rows) {
+  return amx_rows > 0 && M >= amx_rows && K % 32 == 0 ? M : 0;
+}
+
+// acc[m0 + i][0:64] = rows [m0, m0 + rows) of xa (row stride K, 16 readable rows) times the panel.
+static void amx_tile_rows(const bf16* xa, int64_t K, const bf16* panel, int64_t m0, int64_t rows, float* acc) {
+  alignas(64) float c[4 * 16 * 16];
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int64_t k = 0; k < K; k += 32) {
+    const bf16* p = panel + k * PANEL;  // k-pair k/2's row of the panel: 64 outputs x 2
+    _tile_loadd(4, xa + m0 * K + k, K * 2);
+    _tile_loadd(5, p, 256); _tile_loadd(6, p + 32, 256); _tile_loadd(7, p + 64, 256);
+    _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(1, 4, 6); _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, p + 96, 256); _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, c, 64); _tile_stored(1, c + 256, 64); _tile_stored(2, c + 512, 64); _tile_stored(3, c + 768, 64);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int v = 0; v < 4; ++v)
+      _mm512_storeu_ps(acc + (m0 + i) * PANEL + v * 16, _mm512_load_ps(c + (v * 16 + i) * 16));
+}
+extern "C" int treespec_bf16_amx() { return amx_permitted() ? 1 : 0; }
+#else
+static int64_t amx_rows_of(int64_t, int64_t, int64_t) { return 0; }
+extern "C" int treespec_bf16_amx() { return 0; }
+#endif
+
 // y [M, N] = (x [M, K] @ W^T) * scale + bias; x rows contiguous with an even K (the caller pads
-// odd K); scale [N] or null (bf16 weights).
+// odd K); scale [N] or null (bf16 weights). With amx_rows > 0 (bf16 weights, AMX-BF16 built and
+// granted), calls of at least that many rows run their whole 16-row tiles on AMX.
 template <typename W>
 static void gemm(const bf16* x, const W* packed, const float* scale, const bf16* bias, bf16* y,
-                 int64_t M, int64_t N, int64_t K, int threads) {
+                 int64_t M, int64_t N, int64_t K, int threads, int64_t amx_rows = 0) {
   const int64_t panels = npad(N) / PANEL;
+  const int64_t tiled = std::is_same_v<W, bf16> ? amx_rows_of(M, K, amx_rows) : 0;
+  std::vector<bf16> xa;  // x with zero rows up to whole tiles (a tile load reads 16 rows)
+  if (tiled > 0) {
+    xa.assign((tiled + 15) / 16 * 16 * K, bf16(0));
+    std::memcpy(xa.data(), x, tiled * K * sizeof(bf16));
+  }
 #pragma omp parallel num_threads(threads)
   {
+#ifdef BF16_AMX
+    TileScope tiles(tiled > 0);
+#endif
     std::vector<float> acc(M * PANEL);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < panels; ++b) {
       std::fill(acc.begin(), acc.end(), 0.f);
       const W* panel = packed + b * PANEL * K;
-      for (int64_t k0 = 0; k0 < K; k0 += KC) panel_rows(x, M, K, panel, k0, std::min(KC, K - k0), acc.data());
+#ifdef BF16_AMX
+      if constexpr (std::is_same_v<W, bf16>)
+        for (int64_t m0 = 0; m0 < tiled; m0 += 16)
+          amx_tile_rows(xa.data(), K, panel, m0, std::min<int64_t>(16, tiled - m0), acc.data());
+#endif
+      for (int64_t k0 = 0; k0 < K && tiled < M; k0 += KC)
+        panel_rows(x + tiled * K, M - tiled, K, panel, k0, std::min(KC, K - k0), acc.data() + tiled * PANEL);
       const int64_t n0 = b * PANEL, nn = std::min(PANEL, N - n0);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t j = 0; j < nn; ++j) {
@@ -261,8 +333,8 @@ extern "C" void treespec_pack_int8(const int8_t* w, int8_t* out, int64_t N, int6
   pack(w, out, N, K, threads);
 }
 extern "C" void treespec_gemm(const bf16* x, const bf16* packed, const bf16* bias, bf16* y,
-                              int64_t M, int64_t N, int64_t K, int threads) {
-  gemm(x, packed, nullptr, bias, y, M, N, K, threads);
+                              int64_t M, int64_t N, int64_t K, int threads, int64_t amx_rows) {
+  gemm(x, packed, nullptr, bias, y, M, N, K, threads, amx_rows);
 }
 extern "C" void treespec_gemm_int8(const bf16* x, const int8_t* packed, const float* scale, const bf16* bias,
                                    bf16* y, int64_t M, int64_t N, int64_t K, int threads) {

@@ -1,6 +1,7 @@
 // The W4A8 kernel's AMX-INT8 path (included by w4a8_gemm.cpp where W4A8_AMX is defined: its
 // constants, group_scales and vnni_rows come from there).
 #pragma once
+#include "amx.h"
 
 // AMX-INT8 path for many rows (a token tree, a prefill). One TDPBSUD multiplies a 16-row x 64-channel
 // int8 activation tile by a 64-channel x 16-output tile of codes (Intel SDM vol. 2, TDPBSUD; Intel
@@ -9,16 +10,7 @@
 // operation, so both paths give bit-identical results and may be mixed across row counts.
 // The codes tile (B, "VNNI layout": row r = channels 4r..4r+3 of 16 outputs) of output block v is the
 // low nibbles (row 2o) and high nibbles (row 2o+1) of the packed octet o's block v.
-extern "C" int treespec_w4a8_amx() {  // Linux gates AMX state per process (arch_prctl XCOMP_PERM)
-  const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-  return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : 0;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+extern "C" int treespec_w4a8_amx() { return amx_permitted() ? 1 : 0; }
 
 static void unpack_codes(const uint8_t* w, uint8_t* bt) {  // w: one group of a panel; bt: [4][16][64]
   const __m512i nib = _mm512_set1_epi8(0x0f);
@@ -66,14 +58,8 @@ static const int64_t W_AMX_TAIL = 2;
 struct AmxPanel {
   alignas(64) uint8_t bt[4 * 16 * 64];
   alignas(64) int32_t c[4 * 16 * 16];
-  bool on;
-  explicit AmxPanel(bool use) : on(use) {
-    if (!on) return;
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);  // per thread: tile state is a thread's register state
-  }
-  ~AmxPanel() { if (on) _tile_release(); }
+  TileScope tiles;
+  explicit AmxPanel(bool use) : tiles(use) {}
   void run(const int8_t* p, const float* xs, const float* xsum, const uint8_t* panel, const bf16* s, int64_t M,
            int64_t K, int64_t tiled, float* out) {
     const int64_t groups = K / W_GROUP;

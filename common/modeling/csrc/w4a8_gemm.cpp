@@ -18,7 +18,7 @@
 // The inner sums are exact int32 (at most 64 * 15 * 127); the float epilogue runs per row in the
 // same order whatever M is, so a row's result does not depend on the rows beside it.
 // Two paths compute those sums: VPDPBUSD (any M) and, where built and granted, AMX-INT8 tiles for
-// calls of at least amx_rows rows (trees, prefill; w4a8_amx.py measures the crossover at start).
+// calls of at least amx_rows rows (trees, prefill; amx.py measures the crossover at start).
 // Same integers, same epilogue: the paths agree bit for bit and may be mixed across calls.
 //
 // Layout: panels of 64 output channels; per group, 8 octets of input channels; per octet 4 blocks
@@ -37,8 +37,6 @@
 #define W4A8_VNNI 1
 #endif
 #if defined(W4A8_VNNI) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
 #define W4A8_AMX 1
 #endif
 

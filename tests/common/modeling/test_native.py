@@ -57,7 +57,7 @@ class TestNumerics:
                     assert err <= 2 * base + 1e-2, (name, n, k, rows, float(err), float(base))
 
     def test_a_row_does_not_depend_on_its_batch(self, variants):
-        """Each row's result is bit-identical whether it runs alone or with 1..39 other rows (plain and tree steps agree)."""
+        """On the AVX-512/AVX2/portable paths each row's result is bit-identical whether it runs alone or with 1..39 other rows."""
         g = torch.Generator().manual_seed(1)
         for lib in variants.values():
             w = (torch.randn(192, 1536, generator=g) * 0.05).bfloat16()
@@ -66,6 +66,30 @@ class TestNumerics:
             alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(40)])
             for rows in (2, 6, 7, 16, 40):
                 assert torch.equal(packed.linear(x[:rows]), alone[:rows]), (lib.variant, rows)
+
+    @pytest.mark.skipif(not (library() and library().bf16_amx), reason="the bf16 AMX path needs AMX-BF16 (and the OS's grant)")
+    def test_bf16_amx_path_matches_the_reference_and_its_own_rows(self, monkeypatch):
+        """Calls from the AMX row count on are within bf16 rounding of the fp32 product, each row bit-identical
+        whatever the call's row count (tiles past the first, a ragged last tile), and a K that is not a multiple
+        of 32 falls back to the VDPBF16PS path bit for bit."""
+        lib = library()
+        monkeypatch.setattr(lib, "bf16_amx_rows", 2)
+        g = torch.Generator().manual_seed(2)
+        for n, k in ((192, 1536), (70, 96), (64, 100)):
+            w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
+            b = torch.randn(n, generator=g).bfloat16()
+            packed = lib.pack(w)
+            x = torch.randn(40, k, generator=g).bfloat16()
+            full = packed.linear(x, b)
+            ref = x.float() @ w.float().T + b.float()
+            base = (F.linear(x, w, b).float() - ref).abs().max()
+            assert (full.float() - ref).abs().max() <= 2 * base + 1e-2, (n, k)
+            for rows in (2, 7, 16, 17, 33):
+                assert torch.equal(packed.linear(x[:rows], b), full[:rows]), (n, k, rows)
+            if k % 32:
+                monkeypatch.setattr(lib, "bf16_amx_rows", 0)
+                assert torch.equal(packed.linear(x, b), full), (n, k)
+                monkeypatch.setattr(lib, "bf16_amx_rows", 2)
 
     def test_int8_matches_its_dequantized_product(self, variants):
         """int8 panels give (x @ q.T) * scales within bf16 rounding of the fp32 product, in every variant."""
