@@ -5,7 +5,8 @@ gate_up 17920x1536, down 1536x8960; random weights, each layer its own memory, s
 pass streams 2.62 GB of bf16, 1.31 GB of int8 or 0.66 GB of int4 codes from DRAM, not cache) and times one pass
 over all of them for 1/4/8/16/32 rows: torch's kernels (oneDNN prepacked bf16, torch's
 int8 and int4 kernels) against the packed kernel and, for int4 on AVX512-VNNI hosts, the
-W4A8 kernel (int8 activations; with an AMX-INT8 build also its VNNI path alone), fastest of ``--reps``. Prints ms per
+W4A8 kernel (int8 activations; with an AMX-INT8 build also its VNNI path alone; likewise the packed
+bf16 kernel with and without its AMX-BF16 path), fastest of ``--reps``. Prints ms per
 pass and GB/s (weight bytes / time) and writes JSON with the CPU model.
 
 Usage: PYTHONPATH=. .venv/bin/python scripts/bench_packed_stream.py [--reps 5] [--layers 28]
@@ -64,6 +65,16 @@ def _time(layers: list[list], kernel: str, rows: int, reps: int) -> float:
     return best * 1e3
 
 
+def _amx_variants(lib, fmt: str, kernel: str) -> tuple[str, dict[str, int | None]]:
+    """(library attribute, {row name: AMX start row or None = as loaded}) for one kernel: the W4A8 and
+    the packed bf16 kernels with their measured AMX start and with their AVX-512 path alone."""
+    if kernel == "w4a8" and lib.w4a8_amx:
+        return "w4a8_amx_rows", {"w4a8": lib.w4a8_amx_rows, "w4a8-vnni": 0}
+    if kernel == "packed" and fmt == "bf16" and lib.bf16_amx:
+        return "bf16_amx_rows", {"packed": lib.bf16_amx_rows, "packed-avx512": 0}
+    return "", {kernel: None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
@@ -84,17 +95,17 @@ def main() -> None:
             continue
         for kernel in kernels:
             layers = _layers(args.layers, fmt, kernel)
-            amx = {"w4a8": lib.w4a8_amx_rows, "w4a8-vnni": 0} if kernel == "w4a8" and lib.w4a8_amx else {kernel: None}
-            for name, amx_rows in amx.items():  # the W4A8 kernel with its measured AMX start, and VNNI only
+            attr, amx = _amx_variants(lib, fmt, kernel)
+            for name, amx_rows in amx.items():  # a kernel with its measured AMX start, and without AMX
                 if amx_rows is not None:
-                    lib.w4a8_amx_rows = amx_rows
+                    setattr(lib, attr, amx_rows)
                 ms = [_time(layers, kernel, rows, args.reps) for rows in ROWS]
                 result["ms"][f"{fmt}/{name}"] = [round(v, 1) for v in ms]
                 gbs = [round(gb * args.layers / 28 / (v / 1e3), 1) for v in ms]
                 print(f"{fmt:5s} {name:9s} ms {result['ms'][f'{fmt}/{name}']}  GB/s {gbs}  "
                       f"huge pages {_huge_pages_kb() // 1024} MiB", flush=True)
             del layers
-    result["w4a8_amx_rows"] = lib.w4a8_amx_rows
+    result["w4a8_amx_rows"], result["bf16_amx_rows"] = lib.w4a8_amx_rows, lib.bf16_amx_rows
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
