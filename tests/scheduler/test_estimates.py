@@ -79,6 +79,19 @@ class TestCalibration:
             c.observe(1, True, tokens=4, ms=100.0, model_tokens=4, model_ms=100.0)
         assert c.measured(1, False) and c.measured(1, True)
 
+    def test_an_unmeasured_batch_takes_the_nearest_smaller_measured_factor(self):
+        """A bucket without its own readings uses the nearest smaller bucket's factor (never a bigger one's),
+        and its own readings replace it once measured."""
+        c = Calibration()
+        for _ in range(3):
+            c.observe(2, True, tokens=2, ms=100.0, model_tokens=4, model_ms=100.0)  # speculation at 0.5x the model
+            c.observe(8, False, tokens=8, ms=100.0, model_tokens=8, model_ms=200.0)  # plain at 2x
+        assert c.factor(8, True) == pytest.approx(0.5) and c.factor(4, True) == pytest.approx(0.5)
+        assert c.factor(1, True) == 1.0 and c.factor(4, False) == 1.0 and c.factor(8, False) == pytest.approx(2.0)
+        for _ in range(3):
+            c.observe(8, True, tokens=4, ms=100.0, model_tokens=4, model_ms=100.0)
+        assert c.factor(8, True) == pytest.approx(1.0, rel=0.01)
+
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
         c = Calibration()

@@ -160,7 +160,8 @@ class TestCalibration:
         p.rounds = 1
         assert p.choose(1) == (0, 0) and p.modelled[1] is False
         assert p.calibration.factor(1, True) == pytest.approx(1 / 3, rel=0.1)  # tokens rounded to whole ones
-        assert p.calibration.factor(8, True) == 1.0  # another batch bucket: not measured
+        assert not p.calibration.measured(8, True)  # another batch bucket: not measured, so it takes the
+        assert p.calibration.factor(8, True) == p.calibration.factor(1, True)  # nearest smaller bucket's factor
 
     def test_rounds_calibrate_the_choice_made_for_them(self):
         """observe_round feeds the calibration of the kind chosen (a plain result after a speculative choice is ignored); factors stay 1 until MIN_RATE_WEIGHT rounds."""
