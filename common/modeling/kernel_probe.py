@@ -93,10 +93,10 @@ def _probe_weights(weights: dict, head) -> dict[str, list]:
 
 def plan_key(weights: dict, head, num_layers: int) -> str:
     """Cache key: CPU model, torch version, threads, buckets, the probed shapes/formats and
-    treespec's kernel library (its file name hashes its sources; the W4A8 AMX row count)."""
+    treespec's kernel library (its file name hashes its sources; the W4A8 and bf16 AMX row counts)."""
     groups = _probe_weights(weights, head)
     lib = library()
-    native = [lib.path.name, lib.w4a8_amx_rows] if lib is not None else None
+    native = [lib.path.name, lib.w4a8_amx_rows, lib.bf16_amx_rows] if lib is not None else None
     ident = {"v": PLAN_VERSION, "cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
              "buckets": ROW_BUCKETS, "layers": num_layers, "native": native,
              "shapes": {fmt: [[weight_format(w), *weight_shape(w), *candidates(w)] for w in ws] for fmt, ws in groups.items()}}

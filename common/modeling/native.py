@@ -224,8 +224,8 @@ class PackedGemmLibrary:
         common = (0 if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], packed.n, x.shape[1],
                   torch.get_num_threads())
         scales = () if packed.scales is None else (packed.scales.data_ptr(),)
-        amx = (self.w4a8_amx_rows if self.w4a8_amx else 0,) if packed.kind == "w4a8" else (
-            (self.bf16_amx_rows if self.bf16_amx else 0,) if packed.kind == "bf16" else ())
+        amx_rows = {"w4a8": self.w4a8_amx_rows if self.w4a8_amx else 0, "bf16": self.bf16_amx_rows if self.bf16_amx else 0}
+        amx = (amx_rows[packed.kind],) if packed.kind in amx_rows else ()  # the kernels with an AMX path
         self._gemm[packed.kind](x.data_ptr(), packed.data.data_ptr(), *scales, *common, *amx)
 
 

@@ -9,7 +9,8 @@
 // register-blocked GEMM micro-kernel of Goto & van de Geijn 2008, section 5, with the "VNNI"
 // pair layout oneDNN uses for bf16). Up to MB rows share each weight load. Every row is
 // accumulated in the same order whatever M is, so a row's result does not depend on how many rows
-// ride with it (speculation and plain decoding agree).
+// ride with it. Where the CPU has AMX-BF16, bf16 calls of many rows take 16-row tiles instead (below;
+// their rows agree with this path to fp32 summation order).
 //
 // Variants by compiler target: AVX512-BF16, AVX2+FMA, portable C++ (same layout, same results up
 // to fp32 summation order within a row).
@@ -301,7 +302,7 @@ extern "C" int treespec_bf16_amx() { return 0; }
 
 // y [M, N] = (x [M, K] @ W^T) * scale + bias; x rows contiguous with an even K (the caller pads
 // odd K); scale [N] or null (bf16 weights). With amx_rows > 0 (bf16 weights, AMX-BF16 built and
-// granted), calls of at least that many rows run their whole 16-row tiles on AMX.
+// granted), calls of at least that many rows run on AMX tiles (a ragged last tile padded with zero rows).
 template <typename W>
 static void gemm(const bf16* x, const W* packed, const float* scale, const bf16* bias, bf16* y,
                  int64_t M, int64_t N, int64_t K, int threads, int64_t amx_rows = 0) {
@@ -327,8 +328,8 @@ static void gemm(const bf16* x, const W* packed, const float* scale, const bf16*
       if constexpr (std::is_same_v<W, bf16>)
         if (tiled > 0) amx_panel(xa.data(), K, panel, tiled, c.data(), acc.data());
 #endif
-      for (int64_t k0 = 0; k0 < K && tiled < M; k0 += KC)
-        panel_rows(x + tiled * K, M - tiled, K, panel, k0, std::min(KC, K - k0), acc.data() + tiled * PANEL);
+      for (int64_t k0 = 0; k0 < K && tiled == 0; k0 += KC)  // tiled is 0 or M: no AMX, every row here
+        panel_rows(x, M, K, panel, k0, std::min(KC, K - k0), acc.data());
       const int64_t n0 = b * PANEL, nn = std::min(PANEL, N - n0);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t j = 0; j < nn; ++j) {
