@@ -67,10 +67,29 @@ class TestProbe:
         assert t == {} and calls == []
 
     def test_incomplete_probe_keeps_defaults_uncached(self, tmp_path):
-        """A probe cut short by its budget (a starved host) keeps the default kernels and caches nothing."""
+        """A probe cut short before timing anything keeps the default kernels and caches nothing."""
         m = _model()
         plan = make_plan(m.w, m.head_weight, m.spec.num_layers, tmp_path, fake_timer([]), budget_s=0.0)
         assert plan.source == "probe-incomplete" and plan.ladders == {} and list(tmp_path.iterdir()) == []
+
+    def test_a_probe_cut_short_uses_the_buckets_it_timed_uncached(self, tmp_path, monkeypatch):
+        """A probe whose budget ends after its first bucket runs the kernel that bucket measured fastest
+        (for every row count), keeps the default for formats it never timed, and caches nothing."""
+        import common.modeling.kernel_probe as kp
+
+        class Clock:  # one second per timed run: the 1 s budget ends inside the first bucket
+            now = 0.0
+            perf_counter = process_time = staticmethod(lambda: Clock.now)
+
+        def timer(label, fn):
+            Clock.now += 1.0
+            return fake_timer([])(label, fn)
+
+        monkeypatch.setattr(kp, "time", Clock)
+        m = _model()
+        plan = make_plan(m.w, m.head_weight, m.spec.num_layers, tmp_path, timer, budget_s=1.0)
+        assert plan.source == "probe-incomplete" and list(tmp_path.iterdir()) == []
+        assert plan.ladders == {"bfloat16": ((1, "onednn"),)}  # the head, never timed, keeps its default
 
     def test_probed_model_gives_the_same_logits(self, tmp_path):
         """A model on the chosen kernels computes the same forward as on the defaults (float rounding aside)."""
