@@ -21,6 +21,7 @@ from services.scheduler.lookup_policy import DECAY, MIN_WEIGHT
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # tree sizes the table and the policy consider
 RATE_DECAY = 0.9  # weight of older rounds in a measured rate
 MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
+BUCKETS = (1, 2, 4, 8)  # batch sizes at which Calibration's buckets start
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,8 @@ class Calibration:
 
     @staticmethod
     def bucket(batch: int) -> int:
-        """Batch bucket: 1, 2 (2-3), 4 (4-7) or 8 (8 and more sequences)."""
-        return 1 if batch <= 1 else 2 if batch <= 3 else 4 if batch <= 7 else 8
+        """Batch bucket: 1, 2 (2-3), 4 (4-7) or 8 (8 and more sequences): the largest of ``BUCKETS`` <= batch."""
+        return max(b for b in BUCKETS if b <= max(1, batch))
 
     def observe(self, batch: int, speculative: bool, tokens: int, ms: float, model_tokens: float,
                 model_ms: float) -> None:
@@ -160,12 +161,11 @@ class Calibration:
 
     def factor(self, batch: int, speculative: bool) -> float:
         """Measured rate / modelled rate in ``batch``'s bucket. Before ``MIN_RATE_WEIGHT`` rounds there,
-        the nearest smaller measured bucket's factor (the model errs alike at neighbouring batch sizes:
-        HTTP, the first rounds at 8 streams took the model's word, 1.0, and a tree over every sequence
-        made all 8 drafts catch up on their prompts, while 4 streams had measured speculation at 0.7x
-        the model), else 1.0."""
+        the nearest smaller measured bucket's factor (the model's error carries over to a neighbouring
+        batch size better than no correction: without one, the first rounds at a new, larger batch take
+        the model's word), else 1.0."""
         b = self.bucket(batch)
-        for bucket in (k for k in (8, 4, 2, 1) if k <= b):
+        for bucket in sorted((k for k in BUCKETS if k <= b), reverse=True):
             t, m, mt, mm, w = self.sums.get((bucket, speculative), [0.0] * 5)
             if w >= MIN_RATE_WEIGHT and t > 0 and m > 0 and mt > 0:
                 return (t / m) / (mt / mm)
