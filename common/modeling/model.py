@@ -127,6 +127,7 @@ class DecoderModel:
         self.kernel_plan = None  # kernel_probe.KernelPlan once kernel_probe.install ran
         self.exact_lib = None  # a native library: attention by ExactAttention (a W4A8 main: row-independent passes)
         self.exact_max_rows: int | None = None  # ... only in passes of at most this many rows (None: every pass)
+        self.exact_max_cols: int | None = None  # ... and over at most this many KV columns (None: any)
         self.ops = fused_ops.for_model(dtype, device)  # element-wise ops: C++ for bf16 on CPU
 
     def _local_kv(self) -> int:
@@ -161,7 +162,8 @@ class DecoderModel:
         x = self.w["embed"][tokens]  # [B, T, H] or [1, N, H] (a copy: the layers add into it in place)
         cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D] or [1, N, D]
         starts = [cache.lengths[s] for s in slots]
-        exact = self.exact_lib is not None and (self.exact_max_rows is None or T <= self.exact_max_rows)
+        exact = (self.exact_lib is not None and (self.exact_max_rows is None or T <= self.exact_max_rows)
+                 and (self.exact_max_cols is None or mask.shape[-1] <= self.exact_max_cols))
         attend = ExactAttention(self.exact_lib, mask, slots, cache.max_len) if exact else tree_attention
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):

@@ -16,6 +16,7 @@ static void unpack_codes(const uint8_t* w, uint8_t* bt) {  // w: one group of a 
   const __m512i nib = _mm512_set1_epi8(0x0f);
   for (int o = 0; o < 8; ++o)
     for (int v = 0; v < 4; ++v) {
+      _mm_prefetch((const char*)(w + W_PREFETCH + (4 * o + v) * 64), _MM_HINT_T0);
       const __m512i b = _mm512_loadu_si512((const void*)(w + (4 * o + v) * 64));
       _mm512_store_si512((void*)(bt + (v * 16 + 2 * o) * 64), _mm512_and_si512(b, nib));
       _mm512_store_si512((void*)(bt + (v * 16 + 2 * o + 1) * 64), _mm512_and_si512(_mm512_srli_epi16(b, 4), nib));

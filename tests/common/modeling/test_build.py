@@ -163,16 +163,45 @@ class TestDraftAttention:
         sdpa = forward_segments(draft, cache, [slot], [[4]], [tree[0]], [tree[1]])[0]
         assert torch.allclose(exact.float(), sdpa.float(), atol=5e-2, rtol=5e-2)
 
+    def test_draft_passes_over_long_contexts_use_sdpa(self, monkeypatch):
+        """A draft level over more than DRAFT_EXACT_MAX_COLS KV columns runs SDPA; one over fewer, the C++ kernel."""
+        import numpy as np
+        import common.modeling.model as model_module
+        from common.modeling.build import DRAFT_EXACT_MAX_COLS, draft_model
+        from common.modeling.runner import forward_segments
+        if library() is None:
+            pytest.skip("no C++ compiler: the draft keeps SDPA")
+        cfg = Config(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
+        draft, _ = draft_model(cfg)
+        calls = []
+        real = model_module.ExactAttention
+        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
+        cache = draft.new_cache(1, DRAFT_EXACT_MAX_COLS + 64)
+        slot = cache.allocate()
+        none = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        tree = np.array([5, 6, 7], np.int64), np.array([-1, 0, 0], np.int32)
+        for length in (DRAFT_EXACT_MAX_COLS - 8, DRAFT_EXACT_MAX_COLS + 8):  # a short, then a long prefix
+            cache.truncate(slot, 0)
+            forward_segments(draft, cache, [slot], [list(range(1, length + 1))], [none[0]], [none[1]])
+            cache.commit(slot, list(range(length)))
+            forward_segments(draft, cache, [slot], [[4]], [tree[0]], [tree[1]])  # a 4-row level
+        assert len(calls) == 1 and calls[0][1].shape[-1] <= DRAFT_EXACT_MAX_COLS
+
 
 class TestDraftHead:
-    def test_quantized_bf16_draft_reads_an_int8_lm_head(self):
-        """A quantized bf16 draft's LM head is int8 (half the bytes per draft level) with logits close to the bf16
-        head's; draft_quantization none keeps the bf16 head."""
+    @pytest.mark.parametrize("switch", ["int8", "w4a8"])
+    def test_quantized_bf16_draft_reads_a_quantized_lm_head(self, switch, monkeypatch):
+        """A quantized bf16 draft's LM head is W4A8 where the VNNI kernel built (int8 with TREESPEC_DRAFT_HEAD=int8
+        or without it), with logits close to the bf16 head's; draft_quantization none keeps the bf16 head."""
         from common.modeling.build import draft_model
+        monkeypatch.setenv("TREESPEC_DRAFT_HEAD", switch)
         base = dict(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
         quant, _ = draft_model(Config(**base, draft_quantization="int4"))
         dense, _ = draft_model(Config(**base, draft_quantization="none"))
-        assert isinstance(quant.head_weight, Int8Weight) and isinstance(dense.head_weight, torch.Tensor)
+        w4a8 = switch == "w4a8" and library() is not None and library().w4a8_vnni
+        head = quant.head_weight
+        assert (head.kind == "w4a8") if w4a8 else isinstance(head, Int8Weight)
+        assert isinstance(dense.head_weight, torch.Tensor)
         h = torch.randn(5, quant.spec.hidden_size).bfloat16()
         ref, got = dense.logits(h), quant.logits(h)
-        assert got.shape == ref.shape and float((got - ref).abs().max() / ref.abs().max()) < 0.03
+        assert got.shape == ref.shape and float((got - ref).abs().max() / ref.abs().max()) < (0.15 if w4a8 else 0.03)  # measured 0.10-0.11 / under 0.03
