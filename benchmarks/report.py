@@ -35,8 +35,9 @@ def comparison(name: str) -> str:
         f"| **mean accepted length** | **{a['mean_accepted_length']:.2f}** |",
         f"| acceptance rate by depth (P[accepted >= d], d = 1..) | "
         f"{', '.join(f'{x:.2f}' for x in a['acceptance_rate_by_depth'])} |",
-        f"| greedy_identical / divergences / divergences_not_ties | {a['greedy_identical']} / "
-        f"{a['greedy_divergences']} / {a['greedy_divergences_not_ties']} |",
+        f"| greedy_identical / divergences / divergences_not_ties / unclassified | {a['greedy_identical']} / "
+        f"{a['greedy_divergences']} / {a['greedy_divergences_not_ties']} / "
+        f"{a.get('greedy_divergences_unclassified', 0)} |",
     ]
     cats = d.get("by_category", {})
     if len(cats) > 1:

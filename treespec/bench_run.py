@@ -72,16 +72,24 @@ def timeline(run: Run, window: int = 128) -> list[dict]:
     return rows
 
 
-def divergence(plain: Run, spec: Run, dtype: str) -> dict | None:
-    """First position where spec output differs from plain, classified by the plain run's
-    top-1/top-2 logit gap there: ``tie`` when gap <= TIE_TOLERANCE[dtype]."""
+def divergence(plain: Run, spec: Run, dtype: str, gap_run: Run | None = None) -> dict | None:
+    """First position where spec output differs from plain, classified by the top-1/top-2 logit gap
+    there: ``tie`` when gap <= TIE_TOLERANCE[dtype]. The gaps come from ``gap_run`` (an untimed re-run
+    of plain with logprobs; default ``plain`` itself). A gap run whose tokens differ from plain's at or
+    before that position followed another trajectory and its gap says nothing about plain's: the
+    divergence is then left unclassified (``tie`` None, ``gap_run_differs_at`` the position)."""
     n = min(len(plain.tokens), len(spec.tokens))
     pos = next((i for i in range(n) if plain.tokens[i] != spec.tokens[i]), None)
     if pos is None:
         if len(plain.tokens) == len(spec.tokens):
             return None
         pos = n
-    gap = plain.gaps[pos] if pos < len(plain.gaps) else float("inf")
+    source = gap_run or plain
+    upto = min(pos + 1, len(plain.tokens))
+    off = next((i for i in range(upto) if i >= len(source.tokens) or source.tokens[i] != plain.tokens[i]), None)
+    if off is not None:
+        return {"position": pos, "gap": None, "tie": None, "gap_run_differs_at": off}
+    gap = source.gaps[pos] if pos < len(source.gaps) else float("inf")
     return {"position": pos, "gap": gap, "tie": gap <= TIE_TOLERANCE[dtype]}
 
 

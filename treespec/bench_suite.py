@@ -31,25 +31,30 @@ class Suite:
         self.costs = measure_costs(self.main, self.draft) if self.auto else None
         self.tree = None if self.auto else TreeBudget.from_config(cfg).default_shape()
 
-    def _engine(self, tree: tuple[int, int] | None, slots: int = 1, lookup: bool = True):
+    def _engine(self, tree: tuple[int, int] | None, slots: int = 1, lookup: bool = True, prefix_cache: bool = True):
         """tree None = the tree_size "auto" policy (measured costs, online acceptance);
-        ``lookup`` False turns prompt lookup off (else as configured)."""
+        ``lookup`` False turns prompt lookup off (else as configured); ``prefix_cache`` False: every
+        request prefills its whole prompt, even one this engine has served before."""
         cfg = self.cfg if lookup else replace(self.cfg, prompt_lookup=False)
+        cfg = cfg if prefix_cache else replace(cfg, prefix_cache=False)
         return make_engine(cfg, self.main, self.draft, self.tok, slots, tree, self.costs)
 
     def compare(self) -> dict:
         """Each prompt: plain greedy (recording logit gaps), then speculative greedy."""
         plain, spec = self._engine((0, 0)), self._engine(self.tree)
+        # the gap re-run must repeat plain's trajectory: with plain's prefix cache it would reuse the
+        # prompt's KV and decode its last token alone, which rounds differently in bf16 and can flip a
+        # later near-tie (a Spec-Bench run read a 10.4 gap from such a re-run where plain's own was 0.125)
+        gapper = self._engine((0, 0), prefix_cache=False)
         bare = self._engine(self.tree, lookup=False) if self.no_lookup else None
         records = []
         for i, (p, ids) in enumerate(tqdm(list(zip(self.prompts, self.ids)), desc="plain vs spec", unit="prompt")):
             a = run_one(plain, f"p{i}", ids, self.max_new, False, self.ignore_eos)
             b = run_one(spec, f"s{i}", ids, self.max_new, False, self.ignore_eos)
-            if a.tokens != b.tokens:  # untimed re-run of plain to read its logit gaps
-                a.gaps = run_one(plain, f"g{i}", ids, self.max_new, True, self.ignore_eos).gaps
+            g = run_one(gapper, f"g{i}", ids, self.max_new, True, self.ignore_eos) if a.tokens != b.tokens else None
             if not records:
                 lines = [dict(row, mode=m) for m, r in (("plain", a), ("spec", b)) for row in timeline(r)]
-            div = divergence(a, b, self.cfg.dtype)
+            div = divergence(a, b, self.cfg.dtype, g)  # g: untimed re-run of plain, for its logit gaps
             records.append({"id": p.id, "category": p.category, "prompt_tokens": len(ids),
                             "plain": a.summary(), "spec": b.summary(), "identical": a.tokens == b.tokens,
                             "divergence": div})
@@ -93,7 +98,8 @@ class Suite:
             "draft_tokens_accepted_fraction": core.num_accepted / max(core.num_draft_tokens, 1),
             "greedy_identical": not divs,
             "greedy_divergences": len(divs),
-            "greedy_divergences_not_ties": sum(1 for d in divs if not d["tie"]),
+            "greedy_divergences_not_ties": sum(1 for d in divs if d["tie"] is False),
+            "greedy_divergences_unclassified": sum(1 for d in divs if d["tie"] is None),
             "prompts": len(records)}
 
     @staticmethod
