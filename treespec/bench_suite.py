@@ -44,7 +44,8 @@ class Suite:
         plain, spec = self._engine((0, 0)), self._engine(self.tree)
         # the gap re-run must repeat plain's trajectory: with plain's prefix cache it would reuse the
         # prompt's KV and decode its last token alone, which rounds differently in bf16 and can flip a
-        # later near-tie (a Spec-Bench run read a 10.4 gap from such a re-run where plain's own was 0.125)
+        # later near-tie (a Spec-Bench run read a 10.4 gap from such a re-run where plain's own was 0.125);
+        # where it still differs (plain reused a shared chat system prompt's KV), divergence() says so
         gapper = self._engine((0, 0), prefix_cache=False)
         bare = self._engine(self.tree, lookup=False) if self.no_lookup else None
         records = []
