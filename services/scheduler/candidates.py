@@ -30,6 +30,7 @@ from common import wire
 from common.config import Config
 from common.lookup import find_candidates
 from common.tree import TokenTree, graft, subtree
+from services.scheduler.lookup_policy import SeqLookup
 from services.scheduler.tree_policy import TreePolicy
 
 LOOKUP_BRANCHES = 2  # chains with distinct first tokens (older occurrences) tried per round
@@ -68,24 +69,28 @@ def graft_lookup(tokens: list[int], draft: wire.Tree | None, cfg: Config, nodes:
 
 
 def observe(policy: TreePolicy, tree: TokenTree, accepted: list[int], info: Grafted | None,
-            offered: bool = False) -> None:
+            offered: bool = False, seq: SeqLookup | None = None) -> None:
     """Record one verified tree per source: the draft model's part (nodes below
     ``draft_nodes``, with the accepted path cut at the first lookup node: what the draft
     tree alone would have accepted) in the acceptance table, the lookup part in
-    ``policy.lookup`` (``offered``: lookup could graft this round; finding nothing counts as 0 added)."""
+    ``policy.lookup`` and in the sequence's own ``seq.stats`` (``offered``: lookup could graft
+    this round; finding nothing counts as 0 added)."""
+    sinks = [policy.lookup] + ([seq.stats] if seq is not None else [])
     if info is None:
         policy.observe(tree, accepted)
-        if offered:
-            policy.lookup.observe(proposed=0, accepted=0, added=0, gained=0)
+        for stats in sinks if offered else []:
+            stats.observe(proposed=0, accepted=0, added=0, gained=0)
         return
     n = info.draft_nodes
     by_draft = list(takewhile(lambda a: a < n, accepted))
     if n:
         policy.observe(subtree(tree, np.arange(n)), by_draft)
-    policy.lookup.observe(proposed=len(info.chain_nodes), accepted=sum(a in info.chain_nodes for a in accepted),
-                          added=len(tree) - n, gained=len(accepted) - len(by_draft))
+    for stats in sinks:
+        stats.observe(proposed=len(info.chain_nodes), accepted=sum(a in info.chain_nodes for a in accepted),
+                      added=len(tree) - n, gained=len(accepted) - len(by_draft))
 
 
-def step_logprob(policy: TreePolicy) -> float:
-    """Score step of a lookup node: log of the measured per-node lookup acceptance."""
-    return math.log(policy.lookup.accept_rate())
+def step_logprob(policy: TreePolicy, seq: SeqLookup | None = None) -> float:
+    """Score step of a lookup node: log of the measured per-node lookup acceptance (the
+    sequence's own, the engine-wide one as prior; engine-wide alone without ``seq``)."""
+    return math.log(seq.stats.accept_rate(prior=policy.lookup) if seq is not None else policy.lookup.accept_rate())

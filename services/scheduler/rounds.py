@@ -51,7 +51,7 @@ class Round:
     prefill: set[str] = field(default_factory=set)
     drafted: set[str] = field(default_factory=set)  # sequences with a draft-model tree (fresh or guessed)
     grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
-    lookup_offered: bool = False  # prompt lookup could graft nodes this round
+    lookup_offered: set[str] = field(default_factory=set)  # sequences prompt lookup could graft onto this round
 
 
 class RoundDriver:
@@ -246,18 +246,19 @@ class RoundDriver:
         return out + self._send_guesses(rnd, now) if out else self._finish()
 
     def _graft_lookup(self, rnd: Round) -> None:
-        """Graft prompt-lookup candidates onto every sequence's tree (``candidates.py``),
-        as many nodes as the tree policy finds worth their verify rows this round."""
+        """Graft prompt-lookup candidates onto each speculating sequence's tree (``candidates.py``),
+        as many nodes as the tree policy finds worth their verify rows for that sequence."""
         rnd.drafted = set(rnd.trees)
-        nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape)
-        if nodes == 0:
-            return
-        rnd.lookup_offered = True
-        step = candidates.step_logprob(self.policy)
         for sid in rnd.seq_ids:
             seq = self.core.running.get(sid)
-            got = None if seq is None or not seq.params.speculate else candidates.graft_lookup(
-                seq.tokens, rnd.trees.get(sid), self.cfg, nodes, self.policy.budget.max_depth, step)
+            if seq is None or not seq.params.speculate:
+                continue
+            nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape, seq.lookup)
+            if nodes == 0:
+                continue
+            rnd.lookup_offered.add(sid)
+            got = candidates.graft_lookup(seq.tokens, rnd.trees.get(sid), self.cfg, nodes, self.policy.budget.max_depth,
+                                          candidates.step_logprob(self.policy, seq.lookup))
             if got is not None:
                 rnd.trees[sid], rnd.grafts[sid] = got
 
@@ -325,10 +326,10 @@ class RoundDriver:
                         and sid not in rnd.prefill)
             self.plain_steps += int(degraded)
             candidates.observe(self.policy, wire.tree_from_wire(tree), rnd.outs[sid].accepted, rnd.grafts.get(sid),
-                               rnd.lookup_offered and seq.params.speculate)
+                               sid in rnd.lookup_offered, seq.lookup)
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)
-            accepted.append(len(delta.tokens))
+            accepted.append((seq, len(delta.tokens)))
             gw = self.owners.get(sid)
             if gw is not None:
                 out.append((gw, delta))
@@ -340,14 +341,20 @@ class RoundDriver:
                 self.owners.pop(sid, None)
                 out += self._release(seq)
         if not rnd.prefill and accepted:  # a prefill round's cost is the prompt's, not decoding's
-            nodes = sum(t.tokens.shape[0] for t in rnd.trees.values() if t.tokens.shape)
-            speculative = nodes > 0
-            self.policy.observe_verify(len(accepted), len(accepted) + nodes, rnd.verify_ms, bool(rnd.grafts),
-                                       sum(accepted), rnd.draft_ms + rnd.verify_ms)
-            self.policy.observe_round(speculative, sum(accepted), rnd.draft_ms + rnd.verify_ms,
-                                      0.0 if rnd.guessed else rnd.draft_ms)
-        round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, accepted, from_guess=rnd.guessed)
+            self._observe_costs(rnd, accepted)
+        round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, [n for _, n in accepted],
+                    from_guess=rnd.guessed)
         return out
+
+    def _observe_costs(self, rnd: Round, committed: list[tuple[Sequence, int]]) -> None:
+        """Feed a decode round's ms to the tree policy (verify cost, calibration) and each
+        sequence's tokens over the round's ms to its lookup rates (with or without its grafts)."""
+        nodes = sum(t.tokens.shape[0] for t in rnd.trees.values() if t.tokens.shape)
+        tokens, round_ms = sum(n for _, n in committed), rnd.draft_ms + rnd.verify_ms
+        self.policy.observe_verify(len(committed), len(committed) + nodes, rnd.verify_ms)
+        self.policy.observe_round(nodes > 0, tokens, round_ms, 0.0 if rnd.guessed else rnd.draft_ms)
+        for seq, n in committed:
+            seq.lookup.rates.observe(len(committed), seq.request_id in rnd.grafts, n, round_ms)
 
     # ---- failures -----------------------------------------------------------------------
     def worker_gone(self, w: Worker, now: float, why: str) -> list[Out]:

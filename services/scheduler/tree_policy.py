@@ -36,8 +36,9 @@ measured over modelled tokens per ms, for speculative and for plain
 rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
 
 Prompt-lookup candidates are a second source of tree nodes that cost no draft compute,
-only verify rows; ``lookup_policy.py`` decides whether they pay this round, and while they
-do not, the rounds that graft them anyway (to follow the text) back off like tree explores.
+only verify rows; ``lookup_policy.py`` decides per sequence whether they pay this round, and
+while they do not, the rounds that graft them anyway (to follow the text) back off like tree
+explores.
 Torch-free.
 """
 
@@ -47,7 +48,7 @@ from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
 from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
-from services.scheduler.lookup_policy import CostCorrection, LookupStats, RoundRates
+from services.scheduler.lookup_policy import CostCorrection, LookupStats, SeqLookup
 
 EXPLORE_EVERY = 8  # rounds
 EXPLORE_MIN_REMAINING = 16  # tokens: no explore round when the batch may generate fewer (mean)
@@ -74,14 +75,10 @@ class TreePolicy:
         self.rounds = 0
         self.best = (AUTO_DEFAULT_SIZE, self.max_depth)
         self.last_reason = "default until measured"
-        self.lookup = LookupStats()
-        self.lookup_rounds = 0
-        self.lookup_next_explore = EXPLORE_EVERY  # lookup round of the next graft made whatever it pays
-        self.lookup_misses = 0  # lookup explores since it last paid (each doubles the gap to the next)
+        self.lookup = LookupStats()  # engine-wide: every sequence's prior (SeqLookup has its own)
         self.verify_cost = CostCorrection()
         self.draft_cost = CostCorrection()  # per (batch, depth): level passes cost more than the curve says
         self.draft_modelled: tuple[int, int, float] | None = None  # (batch, depth, curve ms) of this round's trees
-        self.lookup_rates = RoundRates()
         self.explore_shape: tuple[int, int] | None = None  # this round's explore tree, for one sequence
         self.calibration = Calibration()
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
@@ -195,27 +192,24 @@ class TreePolicy:
                     best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
         return best, (best_rate if best != (0, 0) else plain_rate), model
 
-    def lookup_nodes(self, batch: int, size: int, depth: int) -> int:
-        """Lookup nodes each sequence of this round may graft onto its draft tree of
-        (``size``, ``depth``) (0 = none): the budget's ``lookup_nodes`` while they pay
-        (``LookupStats.pays`` on the corrected verify cost), unmeasured, or on a lookup explore
-        round: every ``EXPLORE_EVERY``-th, the gap doubling after each explore made while they
-        do not pay (up to ``2 ** PLAIN_EXPLORE_BACKOFF``), since a graft over a big batch can
-        cost several plain rounds."""
+    def lookup_nodes(self, batch: int, size: int, depth: int, seq: SeqLookup) -> int:
+        """Lookup nodes one sequence (its state ``seq``) may graft this round onto its draft tree
+        of (``size``, ``depth``) in a batch of ``batch`` (0 = none): the budget's ``lookup_nodes``
+        while they pay (``LookupStats.pays`` on the sequence's means, the engine-wide ones as
+        prior, and the corrected verify cost) and its rounds with them did not measure slower
+        (``seq.rates``), before anything is measured, or on the sequence's explore rounds
+        (``SeqLookup.explore_due``)."""
         cap = self.budget.lookup_nodes
-        if cap == 0 or self.verify is None or not self.lookup.measured:
+        if cap == 0 or self.verify is None or not (self.lookup.measured or seq.stats.measured):
             return cap
-        self.lookup_rounds += 1
-        if self.lookup_rounds >= self.lookup_next_explore:
-            gap = EXPLORE_EVERY * 2 ** min(self.lookup_misses, PLAIN_EXPLORE_BACKOFF)
-            self.lookup_next_explore, self.lookup_misses = self.lookup_rounds + gap, self.lookup_misses + 1
+        if seq.explore_due():
             return cap
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
-        if self.lookup_rates.loses(batch) or not self.lookup.pays(lambda rows: self.verify_ms(batch, rows),
-                                                                  batch, size, expected):
+        if seq.rates.loses(batch) or not seq.stats.pays(lambda rows: self.verify_ms(batch, rows),
+                                                        batch, size, expected, prior=self.lookup):
             return 0
-        self.lookup_misses = 0
+        seq.misses = 0
         return cap
 
     def verify_ms(self, batch: int, rows: int) -> float:
@@ -223,14 +217,11 @@ class TreePolicy:
         start-up curve times the measured correction (``CostCorrection``)."""
         return self.verify.ms(rows) * self.verify_cost.factor(batch, rows)
 
-    def observe_verify(self, batch: int, rows: int, ms: float, grafted: bool = False, tokens: int = 0,
-                       round_ms: float = 0.0) -> None:
+    def observe_verify(self, batch: int, rows: int, ms: float) -> None:
         """A decode round's verify pass (``rows`` tokens, ``batch`` sequences, ``ms``) corrects the
-        curve; the round's ``tokens`` in ``round_ms`` (draft + verify) feed the lookup rates
-        (``grafted``: lookup nodes were in its trees)."""
+        curve."""
         if self.verify is not None:
             self.verify_cost.observe(self.verify.ms(rows), batch, rows, ms)
-        self.lookup_rates.observe(batch, grafted, tokens, round_ms)
 
     def _draft_ms(self, batch: int, depth: int, expected: float) -> float:
         """Predicted draft ms of a round's trees: the curve's (``_draft_curve_ms``) times the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import msgspec
+import pytest
 import numpy as np
 
 from common import wire
@@ -160,6 +161,32 @@ class TestSpeculationOff:
                                                                      or (2, 2))
         (_, draft), = drv.start(0.0)
         assert sorted((e.seq_id, e.tree_size) for e in draft.seqs) == [("a", 8), ("b", 2)]
+
+
+class TestLookupPerSequence:
+    def test_each_sequence_keeps_its_own_lookup_rounds(self):
+        """In one round, the sequence whose text repeats gets lookup nodes and the one whose text
+        does not gets none: each records its own lookup statistics (added nodes, gains) and its
+        tokens per round ms under 'grafted' or not, besides the engine-wide statistics."""
+        drv = driver(draft=False)
+        drv.had_draft = True  # degraded: lookup alone fills the trees
+        drv.submit(GW, wire.Submit(request_id="rep", prompt=[5, 6, 7, 8, 5, 6, 7], params=PARAMS))
+        drv.submit(GW, wire.Submit(request_id="new", prompt=[20, 21, 22, 23, 24, 25, 26], params=PARAMS))
+        (_, step), = drv.start(0.0)  # the prefill round
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            "rep": wire.VerifyOut(accepted=[], bonus=8), "new": wire.VerifyOut(accepted=[], bonus=27)}), 0.0)
+        (_, step), = drv.start(0.0)
+        trees = {e.seq_id: e.tree.tokens.numpy().tolist() for e in step.seqs}
+        assert trees["rep"][:2] == [5, 6] and trees["new"] == []  # lookup copied what followed 7, 8
+        rep, new = drv.core.running["rep"].lookup, drv.core.running["new"].lookup
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=40.0, outs={
+            "rep": wire.VerifyOut(accepted=[0, 1], bonus=7), "new": wire.VerifyOut(accepted=[], bonus=28)}), 0.0)
+        # two offered rounds each (lookup rides along with the prefill round too, none accepted there)
+        assert rep.stats.gained == 2 and rep.stats.weight == new.stats.weight == 1.98 and rep.stats.proposed > 0
+        assert rep.stats.added > len(trees["rep"]) and new.stats.added == 0  # new: offered, nothing found
+        # round ms: the decode round only (a prefill round's cost is the prompt's)
+        assert rep.rates.sums == {(2, True): [3, 40.0, 1]} and new.rates.sums == {(2, False): [1, 40.0, 1]}
+        assert drv.policy.lookup.weight == pytest.approx(sum(0.98 ** i for i in range(4)))  # engine-wide: all four
 
 
 class TestCatchUp:

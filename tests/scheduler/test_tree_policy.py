@@ -8,7 +8,9 @@ import pytest
 from common.config import Config
 from common.tree_budget import AUTO_DEFAULT_SIZE
 from services.scheduler.estimates import SIZES, CostCurve
-from services.scheduler.lookup_policy import DEFAULT_LOOKUP_ACCEPT
+from services.scheduler.lookup_policy import DEFAULT_LOOKUP_ACCEPT, MIN_LOOKUP_ACCEPT, SeqLookup
+from services.scheduler.lookup_policy import EXPLORE_BACKOFF as LOOKUP_EXPLORE_BACKOFF
+from services.scheduler.lookup_policy import EXPLORE_EVERY as LOOKUP_EXPLORE_EVERY
 from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY,
                                            TreePolicy)
@@ -227,65 +229,88 @@ class TestCalibration:
             assert not explore or (shape == p.best and p.explore_shape[0] >= SIZES[2])
 
 class TestLookupNodes:
-    def lookup_policy(self, verify, accepted_per_node: float) -> TreePolicy:
-        """tree_size 8 with a verify curve, after 20 rounds that added 8 lookup nodes and
-        gained ``accepted_per_node`` x 8 accepted tokens each."""
+    def lookup_policy(self, verify, accepted_per_node: float) -> tuple[TreePolicy, SeqLookup]:
+        """tree_size 8 with a verify curve, and one sequence after 20 of its rounds that added 8
+        lookup nodes and gained ``accepted_per_node`` x 8 accepted tokens each."""
         p = TreePolicy(Config(tree_size=8, max_accept_length=12, prompt_lookup_num_tokens=8))
         p.set_costs(CostCurve(verify), CostCurve(((1, 1.0), (256, 1.0))))
+        seq = SeqLookup()
         for _ in range(20):
-            p.lookup.observe(proposed=8, accepted=round(8 * accepted_per_node), added=8,
-                             gained=round(8 * accepted_per_node))
-        return p
+            seq.stats.observe(proposed=8, accepted=round(8 * accepted_per_node), added=8,
+                              gained=round(8 * accepted_per_node))
+        return p, seq
 
     def test_unmeasured_offers_the_budget(self):
         """Before lookup acceptance is measured every round may graft the budget's lookup nodes;
         none when prompt lookup is off."""
-        assert TreePolicy(Config(tree_size=8)).lookup_nodes(1, 8, 4) == 8
-        assert TreePolicy(Config(tree_size=8, prompt_lookup=False)).lookup_nodes(1, 8, 4) == 0
+        assert TreePolicy(Config(tree_size=8)).lookup_nodes(1, 8, 4, SeqLookup()) == 8
+        assert TreePolicy(Config(tree_size=8, prompt_lookup=False)).lookup_nodes(1, 8, 4, SeqLookup()) == 0
 
     def test_well_accepted_lookup_pays_on_flat_costs(self):
         """Lookup nodes accepted half the time on a flat verify curve are kept."""
-        p = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
-        assert p.lookup_nodes(1, 8, 4) == 8
+        p, seq = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
+        assert p.lookup_nodes(1, 8, 4, seq) == 8
 
     def test_useless_lookup_dropped_on_steep_costs(self):
         """Lookup nodes never accepted, with each verified token costing a full pass, are
         dropped except on explore rounds."""
-        p = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
-        offered = [p.lookup_nodes(1, 8, 4) for _ in range(2 * EXPLORE_EVERY)]
-        assert offered.count(0) == 2 * EXPLORE_EVERY - 2 and offered.count(8) == 2
+        p, seq = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
+        offered = [p.lookup_nodes(1, 8, 4, seq) for _ in range(2 * LOOKUP_EXPLORE_EVERY)]
+        assert offered.count(0) == 2 * LOOKUP_EXPLORE_EVERY - 2 and offered.count(8) == 2
 
     def test_useless_lookup_explores_back_off(self):
         """While lookup keeps not paying, the rounds that graft it anyway grow rarer (each gap
-        twice the one before, up to 2^PLAIN_EXPLORE_BACKOFF x EXPLORE_EVERY)."""
-        p = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
-        offered = [p.lookup_nodes(1, 8, 4) for _ in range(4000)]
+        twice the one before, up to 2^EXPLORE_BACKOFF x EXPLORE_EVERY)."""
+        p, seq = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
+        offered = [p.lookup_nodes(1, 8, 4, seq) for _ in range(4000)]
         gaps = np.diff([i for i, n in enumerate(offered) if n])
-        cap = EXPLORE_EVERY * 2 ** PLAIN_EXPLORE_BACKOFF
-        assert list(gaps[:3]) == [EXPLORE_EVERY, 2 * EXPLORE_EVERY, 4 * EXPLORE_EVERY] and gaps[-1] == cap
+        cap = LOOKUP_EXPLORE_EVERY * 2 ** LOOKUP_EXPLORE_BACKOFF
+        assert list(gaps[:3]) == [LOOKUP_EXPLORE_EVERY, 2 * LOOKUP_EXPLORE_EVERY, 4 * LOOKUP_EXPLORE_EVERY]
+        assert gaps[-1] == cap
 
     def test_measured_verify_cost_overrules_a_flat_curve(self):
         """Lookup that pays on a flat start-up curve stops being grafted once rounds at this
         batch measured the extra rows 4x dearer (CostCorrection), and pays again at batch 1 where
         nothing was measured."""
-        p = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.25)
-        assert p.lookup_nodes(8, 0, 0) == 8
+        p, seq = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.25)
+        assert p.lookup_nodes(8, 0, 0, seq) == 8
         for _ in range(5):
             p.observe_verify(8, 8, 130.0)
             p.observe_verify(8, 72, 560.0)
         assert p.verify_ms(8, 72) == pytest.approx(560.0) and p.verify_ms(8, 8) == pytest.approx(130.0)
-        assert [p.lookup_nodes(8, 0, 0) for _ in range(5)] == [0] * 5
-        assert p.lookup_nodes(1, 0, 0) == 8
+        assert [p.lookup_nodes(8, 0, 0, seq) for _ in range(5)] == [0] * 5
+        assert p.lookup_nodes(1, 0, 0, seq) == 8
 
     def test_lookup_measured_slower_than_plain_rounds_is_dropped(self):
-        """Lookup the model says pays (flat curve) is not grafted at a batch where rounds with it
-        measured fewer tokens per ms than rounds without; at another batch it still is."""
-        p = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
+        """Lookup the model says pays (flat curve) is not grafted at a batch where the sequence's
+        rounds with it measured fewer tokens per ms than its rounds without; at another batch it
+        still is."""
+        p, seq = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
         for _ in range(3):
-            p.observe_verify(8, 8, 130.0, grafted=False, tokens=8, round_ms=130.0)
-            p.observe_verify(8, 40, 130.0, grafted=True, tokens=16, round_ms=420.0)
-        assert [p.lookup_nodes(8, 0, 0) for _ in range(5)] == [0] * 5
-        assert p.lookup_nodes(1, 0, 0) == 8
+            seq.rates.observe(8, grafted=False, tokens=1, ms=130.0)
+            seq.rates.observe(8, grafted=True, tokens=2, ms=420.0)
+        assert [p.lookup_nodes(8, 0, 0, seq) for _ in range(5)] == [0] * 5
+        assert p.lookup_nodes(1, 0, 0, seq) == 8
+
+    def test_each_sequence_decides_for_itself(self):
+        """Where lookup measured useless engine-wide (and for one sequence), a sequence whose own
+        rounds accept its lookup nodes still grafts them, and a new sequence starts from the
+        engine-wide prior (dropped on steep costs) until its own rounds say otherwise; the rounds
+        measured slower for one sequence do not stop another."""
+        p, useless = self.lookup_policy(((1, 100.0), (256, 1000.0)), 0.0)
+        for _ in range(20):
+            p.lookup.observe(proposed=8, accepted=0, added=8, gained=0)
+        fresh, copying = SeqLookup(), SeqLookup()
+        for _ in range(4):
+            copying.stats.observe(proposed=8, accepted=8, added=8, gained=8)
+        for _ in range(3):
+            useless.rates.observe(1, grafted=False, tokens=1, ms=100.0)
+            useless.rates.observe(1, grafted=True, tokens=1, ms=400.0)
+        assert p.lookup_nodes(1, 8, 4, useless) == 0 and p.lookup_nodes(1, 8, 4, fresh) == 0
+        assert p.lookup_nodes(1, 8, 4, copying) == 8
+        assert fresh.stats.accept_rate(prior=p.lookup) == pytest.approx(MIN_LOOKUP_ACCEPT)
+        own = 8 * sum(0.98 ** i for i in range(4))  # its decayed nodes added (all accepted)
+        assert copying.stats.accept_rate(prior=p.lookup) == pytest.approx(own / (own + 8 * 2))  # prior: 2 rounds of 8
 
     def test_acceptance_estimate(self):
         """The per-node estimate is the default until measured, then gained / added."""
