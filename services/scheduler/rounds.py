@@ -150,11 +150,15 @@ class RoundDriver:
         seqs = [s for s in self.core.running.values() if self.placer.place(s, wire.Role.VERIFIER)]
         if not seqs:
             return []
-        size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs))
-        if (size, depth) != self.shape or self.policy.explore_shape is not None:
-            self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
-                          reason=self.policy.last_reason, explore=self.policy.explore_shape)
-            self.shape = (size, depth)
+        first = self._prefill_first(seqs)
+        if first:
+            seqs, (size, depth) = first, (0, 0)
+        else:
+            size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs))
+            if (size, depth) != self.shape or self.policy.explore_shape is not None:
+                self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
+                              reason=self.policy.last_reason, explore=self.policy.explore_shape)
+                self.shape = (size, depth)
         guessed = {s.request_id: t for s in seqs if (t := self.ahead.take(s, size)) is not None}
         self.round_no += 1
         rnd = Round(number=self.round_no, phase=wire.Role.DRAFT, deadline=now + self.step_timeout_s,
@@ -175,6 +179,18 @@ class RoundDriver:
             rnd.pending[key] = {e.seq_id for e in entries}
             out.append((self.workers.get(key).identity, wire.DraftStep(round=rnd.number, seqs=entries)))
         return out if out else self._start_verify(now)
+
+    def _prefill_first(self, seqs: list[Sequence]) -> list[Sequence]:
+        """The sequences whose first token is due (their verifier holds nothing) when others would
+        draft (they speculate, and so did the latest round): they get a round of their own, before
+        the others' next one ([] otherwise). Mixed into a speculative round, a new prompt's first token
+        waited for the others' draft step and tree rows: at 2 HTTP streams time to first token
+        was 968 ms against 721 ms with plain decoding. Prefill first is vLLM V0's default order;
+        it costs the running sequences one more verify pass per arriving prompt."""
+        if not self.speculative or self.cfg.speculate_first_token or self.shape[0] == 0:
+            return []
+        new = [s for s in seqs if s.verifier.held == 0]
+        return new if any(s.params.speculate for s in seqs if s.verifier.held > 0) else []
 
     def _draft_shapes(self, seqs: list[Sequence], rnd: Round, shape: tuple[int, int]) -> dict[str, tuple[int, int]]:
         """(size, depth) per sequence that drafts this round: ``shape`` for every speculating one

@@ -100,6 +100,38 @@ class TestPrefillRound:
         assert ident == DRAFT and isinstance(step, wire.DraftStep)
         assert step.seqs[0].prefix_len == 0 and step.seqs[0].new_tokens == [1, 2, 3, 7] and drv.plain_steps == 0
 
+    def test_a_new_prompt_is_prefilled_before_the_running_sequences_draft(self):
+        """A prompt arriving while another sequence speculates gets a verify-only round of its own
+        (its first token does not wait for the other's draft step); the next round drafts for both."""
+        drv = driver(draft=True)
+        drv.submit(GW, wire.Submit(request_id="a", prompt=[1, 2, 3], params=PARAMS))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        drv.submit(GW, wire.Submit(request_id="b", prompt=[4, 5, 6, 7], params=PARAMS))
+        (ident, step), = drv.start(0.0)
+        assert ident == VERIFIER and [(e.seq_id, e.new_tokens) for e in step.seqs] == [("b", [4, 5, 6, 7])]
+        out = drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"b": wire.VerifyOut(accepted=[], bonus=8)}), 0.0)
+        assert deltas(out, "b")[0].tokens == [8] and deltas(out, "a") == []
+        (ident, step), = drv.start(0.0)
+        assert ident == DRAFT and sorted(e.seq_id for e in step.seqs) == ["a", "b"]
+
+    @pytest.mark.parametrize("off", ["tree_size 0", "request"])
+    def test_new_prompts_join_the_round_while_decoding_is_plain(self, off):
+        """With speculation off (tree_size 0, or for the running request) a new prompt's prefill
+        shares the round with the running sequence's plain step (one forward for both)."""
+        drv = driver(draft=True)
+        if off == "tree_size 0":
+            drv.cfg = dataclasses.replace(drv.cfg, tree_size=0)
+            drv.policy = type(drv.policy)(drv.cfg)
+            drv.shape = drv.policy.budget.default_shape()
+        params = msgspec.structs.replace(PARAMS, speculate=off != "request")
+        drv.submit(GW, wire.Submit(request_id="a", prompt=[1, 2, 3], params=params))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
+        drv.submit(GW, wire.Submit(request_id="b", prompt=[4, 5, 6, 7], params=PARAMS))
+        (ident, step), = drv.start(0.0)
+        assert ident == VERIFIER and sorted(e.seq_id for e in step.seqs) == ["a", "b"]
+
     def test_speculate_first_token_drafts_in_round_one(self):
         """With ``speculate_first_token`` the first round starts with a draft step."""
         drv = driver(draft=True)
