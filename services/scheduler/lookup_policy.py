@@ -44,8 +44,8 @@ COST_DECAY = 0.9  # weight of older rounds in a measured/curve ratio
 MIN_COST_WEIGHT = 1.0  # decayed rounds a ratio needs before it corrects the curve
 MIN_RATE_WEIGHT = 1.5  # decayed rounds of each kind (two) before measured rates overrule the model
 SEQ_PRIOR_WEIGHT = 2.0  # sequence-rounds' worth of the engine-wide means in a sequence's own estimate
-EXPLORE_EVERY = 8  # a sequence's rounds between grafts made whatever the model says (lookup explores)
-EXPLORE_BACKOFF = 5  # ... each explore while lookup does not pay doubles that gap, up to 2^5 x
+LOOKUP_EXPLORE_EVERY = 8  # a sequence's rounds between grafts made whatever the model says (lookup explores)
+LOOKUP_EXPLORE_BACKOFF = 5  # ... each explore while lookup does not pay doubles that gap, up to 2^5 x
 
 
 class LookupStats:
@@ -108,17 +108,17 @@ class SeqLookup:
         self.stats = LookupStats()
         self.rates = RoundRates()
         self.rounds = 0  # rounds lookup was decided for this sequence
-        self.next_explore = EXPLORE_EVERY  # the round of its next graft made whatever it pays
+        self.next_explore = LOOKUP_EXPLORE_EVERY  # the round of its next graft made whatever it pays
         self.misses = 0  # explores since lookup last paid (each doubles the gap to the next)
 
     def explore_due(self) -> bool:
-        """Count a round; True on an explore round: every ``EXPLORE_EVERY``-th, the gap doubling
-        after each explore made while lookup does not pay (up to ``2 ** EXPLORE_BACKOFF``), since
+        """Count a round; True on an explore round: every ``LOOKUP_EXPLORE_EVERY``-th, the gap doubling
+        after each explore made while lookup does not pay (up to ``2 ** LOOKUP_EXPLORE_BACKOFF``), since
         a graft over a big batch can cost several plain rounds."""
         self.rounds += 1
         if self.rounds < self.next_explore:
             return False
-        gap = EXPLORE_EVERY * 2 ** min(self.misses, EXPLORE_BACKOFF)
+        gap = LOOKUP_EXPLORE_EVERY * 2 ** min(self.misses, LOOKUP_EXPLORE_BACKOFF)
         self.next_explore, self.misses = self.rounds + gap, self.misses + 1
         return True
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import msgspec
-import pytest
 import numpy as np
+import pytest
 
 from common import wire
 from common.config import Config

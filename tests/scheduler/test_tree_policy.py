@@ -8,9 +8,8 @@ import pytest
 from common.config import Config
 from common.tree_budget import AUTO_DEFAULT_SIZE
 from services.scheduler.estimates import SIZES, CostCurve
-from services.scheduler.lookup_policy import DEFAULT_LOOKUP_ACCEPT, MIN_LOOKUP_ACCEPT, SeqLookup
-from services.scheduler.lookup_policy import EXPLORE_BACKOFF as LOOKUP_EXPLORE_BACKOFF
-from services.scheduler.lookup_policy import EXPLORE_EVERY as LOOKUP_EXPLORE_EVERY
+from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPLORE_BACKOFF, LOOKUP_EXPLORE_EVERY,
+                                             MIN_LOOKUP_ACCEPT, SeqLookup)
 from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY,
                                            TreePolicy)
@@ -260,7 +259,7 @@ class TestLookupNodes:
 
     def test_useless_lookup_explores_back_off(self):
         """While lookup keeps not paying, the rounds that graft it anyway grow rarer (each gap
-        twice the one before, up to 2^EXPLORE_BACKOFF x EXPLORE_EVERY)."""
+        twice the one before, up to 2^LOOKUP_EXPLORE_BACKOFF x LOOKUP_EXPLORE_EVERY)."""
         p, seq = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
         offered = [p.lookup_nodes(1, 8, 4, seq) for _ in range(4000)]
         gaps = np.diff([i for i, n in enumerate(offered) if n])
