@@ -43,9 +43,11 @@ def choose_amx_rows(times: dict[int, tuple[float, float]]) -> int:
 
 def available(lib, kind: str) -> bool:
     """Whether ``lib`` (a ``native.PackedGemmLibrary``) has ``kind``'s AMX path (built for this
-    CPU and granted by the OS) and its switch (``KINDS``) is not 0."""
+    CPU and granted by the OS) and its switch (``KINDS``) is not 0. Raises KeyError for a kind
+    not in ``KINDS``."""
+    switch = KINDS[kind]  # KeyError for a kind without an AMX path, on any host
     built = lib.w4a8_vnni and lib.w4a8_amx if kind == "w4a8" else lib.bf16_amx
-    return bool(built) and os.environ.get(KINDS[kind], "1") != "0"
+    return bool(built) and os.environ.get(switch, "1") != "0"
 
 
 def measure_amx_rows(lib, kind: str = "w4a8") -> int:

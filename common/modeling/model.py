@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from common.modeling import fused_ops
 from common.modeling.attention import ExactAttention, tree_attention
 from common.modeling.kv_cache import KVCache
+from common.modeling.native_forward import NativeForward
 from common.modeling.quant import Int4Weight, Int8Weight
 
 
@@ -129,6 +130,7 @@ class DecoderModel:
         self.exact_max_rows: int | None = None  # ... only in passes of at most this many rows (None: every pass)
         self.exact_max_cols: int | None = None  # ... and over at most this many KV columns (None: any)
         self.ops = fused_ops.for_model(dtype, device)  # element-wise ops: C++ for bf16 on CPU
+        self.native = NativeForward.for_model(self)  # the whole layer loop in C++ where a pass allows it
 
     def _local_kv(self) -> int:
         tp = 1 if self.group is None else torch.distributed.get_world_size(self.group)
@@ -164,6 +166,12 @@ class DecoderModel:
         starts = [cache.lengths[s] for s in slots]
         exact = (self.exact_lib is not None and (self.exact_max_rows is None or T <= self.exact_max_rows)
                  and (self.exact_max_cols is None or mask.shape[-1] <= self.exact_max_cols))
+        if exact and self.native is not None:  # one C++ call for every layer (None: a kernel it cannot run)
+            out = self.native.run(x.reshape(-1, x.shape[-1]), cos.reshape(-1, cos.shape[-1]),
+                                  sin.reshape(-1, sin.shape[-1]), cache, slots, starts, mask, lengths or [T] * B)
+            if out is not None:
+                out = out.view(x.shape)
+                return out if rag is None else rag.unpack(out)
         attend = ExactAttention(self.exact_lib, mask, slots, cache.max_len) if exact else tree_attention
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):

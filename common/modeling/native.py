@@ -45,7 +45,8 @@ import torch
 import torch.nn.functional as F
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = tuple(CSRC / f for f in ("packed_gemm.cpp", "w4a8_gemm.cpp", "decoder_ops.cpp", "exact_attention.cpp"))  # one library
+SOURCES = tuple(CSRC / f for f in ("packed_gemm.cpp", "w4a8_gemm.cpp", "decoder_ops.cpp", "exact_attention.cpp",
+                                   "decoder_forward.cpp"))  # one library
 HEADERS = tuple(CSRC / f for f in ("bf16.h", "int4_scales.h", "exp_fast.h", "amx.h", "w4a8_amx.h"))
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
@@ -84,7 +85,7 @@ def _writable_dir(preferred: Path | None) -> Path:
 
 
 def build(out_dir: Path | None, march: str = "native") -> Path | None:
-    """Compile ``SOURCES`` (packed_gemm, w4a8_gemm, decoder_ops, exact_attention) for ``-march=march`` into
+    """Compile ``SOURCES`` (packed_gemm, w4a8_gemm, decoder_ops, exact_attention, decoder_forward) for ``-march=march`` into
     ``out_dir`` (kept across starts: the file name hashes sources, compiler, flags and CPU) and
     return the ``.so`` path; None when no compiler is found or the build fails (logged, never raised)."""
     log = structlog.get_logger("kernels")
