@@ -53,7 +53,8 @@ class NativeForward:
 
     def __init__(self, model, lib) -> None:
         self.model, self.lib = model, lib
-        self._tables: dict[tuple, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        self._tables: dict[tuple, tuple[torch.Tensor, list[torch.Tensor]] | None] = {}  # picked kernels -> table
+        self._ladders: tuple | None = None  # the projections' distinct kernel ladders (table())
         w = model.w
         norms = [w[f"layers.{i}.{n}"] for i in range(model.spec.num_layers) for n in ("in_norm", "post_norm")]
         self._norm_refs = [t.contiguous() for t in norms + [w["norm"]]]
@@ -74,18 +75,23 @@ class NativeForward:
 
     def table(self, rows: int) -> torch.Tensor | None:
         """``[layers * 4 * 7]`` int64 projection descriptors for a pass of ``rows`` rows, or None when
-        some projection runs on a kernel other than the packed ones."""
-        forms = []
-        for i in range(self.model.spec.num_layers):
-            for name in PROJECTIONS:
-                form = _form(self.model.w[f"layers.{i}.{name}.weight"], rows)
-                if form is None:
-                    return None
-                forms.append((form, self.model.w.get(f"layers.{i}.{name}.bias")))
-        key = tuple(id(f) for f, _ in forms)
+        some projection runs on a kernel other than the packed ones. Built once per combination of the
+        kernels the projections' plans pick for ``rows`` (a model's projections share one or two
+        ladders, read at the first call, when the kernel plan is installed)."""
+        if self._ladders is None:
+            weights = [self.model.w[f"layers.{i}.{n}.weight"] for i in range(self.model.spec.num_layers)
+                       for n in PROJECTIONS]
+            self._ladders = tuple(sorted({w.ladder for w in weights if isinstance(w, PlannedWeight)}))
+        key = tuple(pick(ladder, rows) for ladder in self._ladders)
         if key not in self._tables:
-            self._tables[key] = self._build(forms)
-        return self._tables[key][0]
+            forms = []
+            for i in range(self.model.spec.num_layers):
+                for name in PROJECTIONS:
+                    form = _form(self.model.w[f"layers.{i}.{name}.weight"], rows)
+                    forms.append((form, self.model.w.get(f"layers.{i}.{name}.bias")))
+            self._tables[key] = None if any(f is None for f, _ in forms) else self._build(forms)
+        built = self._tables[key]
+        return None if built is None else built[0]
 
     def _build(self, forms) -> tuple[torch.Tensor, list[torch.Tensor]]:
         keep, rows = [], []
