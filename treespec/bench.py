@@ -25,17 +25,18 @@ NO_LOOKUP = "spec-no-lookup"  # --baseline: speculation with prompt lookup off
 
 def configure(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
-    a("--dataset", default="humaneval", help="humaneval | spec_bench[:category] | a text file")
-    a("--limit", type=int, default=None, help="number of prompts (spec_bench: spread over categories)")
-    a("--max-new-tokens", type=int, default=128)
+    a("--dataset", default="humaneval", help="humaneval | spec_bench[:category] | a text file (default humaneval)")
+    a("--limit", type=int, default=None, help="number of prompts (default: all; spec_bench: spread over categories)")
+    a("--max-new-tokens", type=int, default=128, help="tokens per request (default 128)")
     a("--json", required=True, help="output JSON path")
     a("--baseline", default="", help="comma list: hf-assisted, hf-plain, spec-no-lookup (speculation with "
                                      "prompt lookup off, interleaved with the other runs); with --url: plain "
                                      "(the same deployment, requests with speculation off, interleaved)")
     a("--tree-size", default=None, help="tree nodes for the spec run (default: config, 'auto')")
     a("--tree-sizes", default="", help="also sweep these tree sizes, e.g. 1,4,8,16,32,64,128")
-    a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8")
-    a("--url", default=None, help="benchmark a running gateway over HTTP (needs --concurrency)")
+    a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8 "
+                                         "(with --url: requests in flight; every prompt is sent once per level; default 1)")
+    a("--url", default=None, help="benchmark a running gateway over HTTP (the in-process runs are skipped)")
     a("--plots", default=None, help="directory for PNG plots")
     a("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens (long-output runs)")
     a("--config", default=None)

@@ -1,7 +1,9 @@
 """``treespec bench --url``: throughput and latency of a running deployment over HTTP.
 
-At each concurrency level N, N streaming requests (greedy, ``max_tokens`` = the bench's
-``--max-new-tokens``, EOS ignored) are sent at once with aiohttp; chat prompts go to
+At each concurrency level N, every prompt is sent once as a streaming request (greedy,
+``max_tokens`` = the bench's ``--max-new-tokens``, EOS ignored) with at most N in flight (a
+closed loop: a finished request lets the next one start; with fewer prompts than N, the prompts
+repeat until N requests fill the level), with aiohttp; chat prompts go to
 /v1/chat/completions, the others to /v1/completions. Each request asks for logprobs
 (top 0) so that every streamed event says how many tokens it carries. Measured per level:
 aggregate tokens/s (all tokens / wall time of the level), time to first token, and the
@@ -101,18 +103,26 @@ def percentile_ms(values: list[float], q: float) -> float:
     return 1e3 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_level(url: str, prompts: list[Prompt], max_new: int, speculation: bool = True) -> dict:
-    """All ``prompts`` at once; one concurrency row (mode ``http``, or ``http-plain`` when
-    ``speculation`` is off)."""
+async def run_level(url: str, prompts: list[Prompt], max_new: int, speculation: bool = True,
+                    in_flight: int | None = None) -> dict:
+    """Every one of ``prompts``, at most ``in_flight`` at a time (None: all at once); one
+    concurrency row (mode ``http``, or ``http-plain`` when ``speculation`` is off)."""
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    slots = asyncio.Semaphore(in_flight or len(prompts))
+
+    async def one(session: aiohttp.ClientSession, prompt: Prompt) -> Stream:
+        async with slots:
+            return await stream_one(session, url, prompt, max_new, speculation)
+
     async with aiohttp.ClientSession(timeout=timeout) as session:
         t0 = time.perf_counter()
-        streams = await asyncio.gather(*(stream_one(session, url, p, max_new, speculation) for p in prompts))
+        streams = await asyncio.gather(*(one(session, p) for p in prompts))
         secs = time.perf_counter() - t0
     total = sum(s.tokens for s in streams)
     itl = [x for s in streams for x in s.itl]
     ttft = [s.first - s.start for s in streams if s.first is not None]
-    return {"mode": MODE if speculation else PLAIN_MODE, "tree_size": None, "concurrency": len(prompts), "tokens": total,
+    return {"mode": MODE if speculation else PLAIN_MODE, "tree_size": None, "concurrency": in_flight or len(prompts),
+            "requests": len(prompts), "tokens": total,
             "seconds": secs, "tokens_per_s": total / secs if secs > 0 else 0.0,
             "itl_p50_ms": percentile_ms(itl, 0.5), "itl_p99_ms": percentile_ms(itl, 0.99),
             "ttft_p50_ms": percentile_ms(ttft, 0.5)}
@@ -121,13 +131,14 @@ async def run_level(url: str, prompts: list[Prompt], max_new: int, speculation: 
 def concurrency(url: str, prompts: list[Prompt], max_new: int, levels: list[int],
                 plain: bool = False) -> list[dict]:
     """One row per level (two with ``plain``: plain and speculative, interleaved, the
-    speculative row carrying ``speedup_vs_plain``); the level's requests cycle through ``prompts``."""
+    speculative row carrying ``speedup_vs_plain``); each level sends every prompt once, at most
+    ``c`` in flight (prompts repeated until there are ``c`` requests when there are fewer)."""
     url = url.rstrip("/")
     rows: list[dict] = []
     for k, c in enumerate(levels):
-        batch = [prompts[i % len(prompts)] for i in range(c)]
+        batch = [prompts[i % len(prompts)] for i in range(max(c, len(prompts)))]
         modes = ([False, True] if k % 2 == 0 else [True, False]) if plain else [True]
-        got = {spec: asyncio.run(run_level(url, batch, max_new, spec)) for spec in modes}
+        got = {spec: asyncio.run(run_level(url, batch, max_new, spec, c)) for spec in modes}
         if plain and got[False]["tokens_per_s"] > 0:
             got[True]["speedup_vs_plain"] = got[True]["tokens_per_s"] / got[False]["tokens_per_s"]
         rows += [got[spec] for spec in (False, True) if spec in got]

@@ -28,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service", action="append", default=[],
                         help="only these services, e.g. draft or draft-1 (repeatable, comma-separated)")
     parser.add_argument("--level", default=None, help="minimum level: debug, info, warning, error")
-    parser.add_argument("--request-id", default=None, help="only records of this request")
+    parser.add_argument("--request-id", default=None,
+                        help="only records of this request: its id, or its first characters as the log view shows them")
     parser.add_argument("--since", default=None, help="only records newer than 10m, 2h, 1d or an ISO time")
     parser.add_argument("-f", "--follow", action="store_true", help="keep reading as files grow")
     parser.add_argument("--json", action="store_true", help="print the matching JSON lines unchanged")

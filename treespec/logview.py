@@ -104,10 +104,12 @@ def _level_value(record: dict) -> int:
 
 
 def _has_request_id(record: dict, request_id: str) -> bool:
-    if str(record.get("request_id", "")) == request_id:
+    """Whether the record is about a request whose id starts with ``request_id`` (the whole id,
+    or its first characters as the column view shows them)."""
+    if str(record.get("request_id", "")).startswith(request_id):
         return True
     ids = record.get("request_ids")
-    return isinstance(ids, list) and request_id in map(str, ids)
+    return isinstance(ids, list) and any(str(i).startswith(request_id) for i in ids)
 
 
 def parse_time(value: object) -> datetime:

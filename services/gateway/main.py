@@ -39,4 +39,5 @@ def run(args: argparse.Namespace) -> int:
     # handler_cancellation (in serve): a client that disconnects cancels its handler,
     # which aborts the request at the scheduler.
     asyncio.run(serve(app, host, cfg.port, cfg))
+    log.info("gateway stopped")
     return 0

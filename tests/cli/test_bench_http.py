@@ -57,7 +57,8 @@ class TestHelpers:
 
 class TestBenchUrl:
     def test_concurrency_rows_over_http(self, deployment, tmp_path):
-        """--url --concurrency 1,2,4,8 writes http rows (tokens, TTFT, ITL) and plots, without torch."""
+        """--url --concurrency 1,2,4,8 writes http rows (tokens, TTFT, ITL) and plots, without torch;
+        every level sends every prompt (at most N in flight)."""
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("Say hello.\nCount to five.\n你好，世界 🌍\n")
         out = tmp_path / "http.json"
@@ -67,8 +68,9 @@ class TestBenchUrl:
         assert done.returncode == 0, done.stderr
         rows = json.loads(out.read_text())["concurrency"]
         assert [r["concurrency"] for r in rows] == LEVELS
-        for r in rows:
-            assert r["mode"] == "http" and r["tokens"] == r["concurrency"] * MAX_NEW
+        for r in rows:  # every one of the 3 prompts at each level; repeated to fill 4 and 8 in flight
+            assert r["requests"] == max(3, r["concurrency"])
+            assert r["mode"] == "http" and r["tokens"] == r["requests"] * MAX_NEW
             assert r["tokens_per_s"] > 0 and 0 < r["ttft_p50_ms"] and 0 < r["itl_p50_ms"] <= r["itl_p99_ms"]
         assert (tmp_path / "plots" / "throughput_vs_concurrency.png").exists()
 
@@ -83,7 +85,7 @@ class TestBenchUrl:
         assert done.returncode == 0, done.stderr
         rows = json.loads(out.read_text())["concurrency"]
         assert [(r["mode"], r["concurrency"]) for r in rows] == [("http-plain", 1), ("http", 1), ("http-plain", 2), ("http", 2)]
-        assert all(r["tokens"] == r["concurrency"] * MAX_NEW for r in rows)
+        assert all(r["requests"] == 2 and r["tokens"] == 2 * MAX_NEW for r in rows)
         for plain, spec in (rows[0:2], rows[2:4]):
             assert spec["speedup_vs_plain"] == pytest.approx(spec["tokens_per_s"] / plain["tokens_per_s"])
 

@@ -38,7 +38,8 @@ class TestLauncher:
         assert "exited with status" in err and "/nonexistent/model.gguf" in err
 
     def test_ready_then_sigterm_leaves_no_orphans(self, tmp_path):
-        """`up` reports ready, writes one log per service, and SIGTERM stops every child."""
+        """`up` reports ready, writes one log per service, and SIGTERM stops every child, each
+        service logging that it stopped (the log shows a clean shutdown, not a crash)."""
         proc, addr = _up(tmp_path)
         client = SchedulerClient(addr, str(default_keys_dir()), name="launcher-test")  # `up`'s default keys
         client.wait_ready(120)
@@ -50,6 +51,9 @@ class TestLauncher:
         proc.wait(30)
         time.sleep(0.5)
         assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        for service, event in (("gateway", "gateway stopped"), ("scheduler", "scheduler stopped"),
+                               ("draft", "worker stopped"), ("verifier", "worker stopped")):
+            assert event in (tmp_path / f"{service}-0.log").read_text(), service
 
 
 def _sse_stream(url: str, body: dict):

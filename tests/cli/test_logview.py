@@ -103,6 +103,16 @@ class TestFiltersOnEveryLine:
         assert [line.record["request_id"] for line in shown] == ["req-a"]
         assert len(logview.FileMerger([log], logview.Filter()).poll(final=True)) == 4
 
+    def test_request_filter_matches_the_shortened_id_the_column_shows(self, tmp_path):
+        """--request-id with the first characters of an id (the column view cuts ids short) shows
+        that request's records, also inside a batch's request_ids, and not another request's."""
+        log = tmp_path / "scheduler-0.log"
+        log.write_text(_rec("scheduler", "0", 1, "admitted", request_id="chatcmpl-8e8f00d1") + "\n"
+                       + _rec("scheduler", "0", 2, "round", request_ids=["chatcmpl-1111", "chatcmpl-8e8f00d1"]) + "\n"
+                       + _rec("scheduler", "0", 3, "admitted", request_id="chatcmpl-77aa") + "\n")
+        shown = logview.FileMerger([log], logview.Filter(request_id="chatcmpl-8e8")).poll(final=True)
+        assert [line.record["event"] for line in shown] == ["admitted", "round"]
+
     def test_compose_stream_prefix_names_the_origin(self):
         """In `docker compose logs` output, a non-JSON line is judged by its own prefix: --service
         hides other services' lines, --request-id hides lines before a matching record, and a
