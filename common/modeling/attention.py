@@ -104,6 +104,22 @@ def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int]
     return out.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, H * D)
 
 
+def visible_columns(mask: torch.Tensor, max_len: int, rows: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each query row's visible KV columns as CSR, from ``mask`` ``[B, 1, T, S]`` (bool), columns
+    below ``max_len``: (``cols`` ``[nnz]`` int32, each row's ascending; ``offsets`` ``[R + 1]``
+    int64). ``rows`` (``[R]`` int64 flat indices ``b * T + t``, e.g. ``Ragged.rows``): only those
+    rows, in that order; default all ``B * T``."""
+    m = mask[:, 0, :, :max_len]
+    m = m.reshape(m.shape[0] * m.shape[1], m.shape[2])  # [B * T, S]
+    if rows is not None:
+        m = m[rows]
+    cols = m.nonzero()[:, 1].to(torch.int32).contiguous()  # row-major: each row's columns ascending
+    offsets = torch.zeros(m.shape[0] + 1, dtype=torch.int64)
+    offsets[1:] = m.sum(-1).cumsum(0)
+    return cols, offsets
+
+
 class ExactAttention:
     """Tree attention whose result for a query row does not depend on the other rows of the
     pass (``csrc/decoder_ops.cpp``, ``exact_attention``): each row sums over its visible
@@ -118,13 +134,9 @@ class ExactAttention:
     ``lib``: a loaded ``native.PackedGemmLibrary``."""
 
     def __init__(self, lib, mask: torch.Tensor, slots: list[int], max_len: int) -> None:
-        T = mask.shape[2]
-        m = mask[:, 0, :, :max_len]  # [B, T, S]
         self.lib = lib
-        self.cols = m.nonzero()[:, 2].to(torch.int32).contiguous()  # row-major: each row's columns ascending
-        self.offsets = torch.zeros(m.shape[0] * T + 1, dtype=torch.int64)
-        self.offsets[1:] = m.sum(-1).reshape(-1).cumsum(0)
-        self.row_slot = torch.tensor(slots, dtype=torch.int64).repeat_interleave(T)
+        self.cols, self.offsets = visible_columns(mask, max_len)
+        self.row_slot = torch.tensor(slots, dtype=torch.int64).repeat_interleave(mask.shape[2])
 
     def __call__(self, q: torch.Tensor, cache: KVCache, layer: int, slots: list[int], mask: torch.Tensor) -> torch.Tensor:
         """Like :func:`tree_attention`: q ``[B, T, heads, D]`` (bf16 or fp32, the cache's dtype,
@@ -142,4 +154,5 @@ class ExactAttention:
         return out.view(B, T, H * D)
 
 
-__all__ = ["ROOT", "ExactAttention", "build_batch", "segment_mask", "segment_positions", "tree_attention"]
+__all__ = ["ROOT", "ExactAttention", "build_batch", "segment_mask", "segment_positions", "tree_attention",
+           "visible_columns"]

@@ -168,7 +168,8 @@ class DecoderModel:
                  and (self.exact_max_cols is None or mask.shape[-1] <= self.exact_max_cols))
         if exact and self.native is not None:  # one C++ call for every layer (None: a kernel it cannot run)
             out = self.native.run(x.reshape(-1, x.shape[-1]), cos.reshape(-1, cos.shape[-1]),
-                                  sin.reshape(-1, sin.shape[-1]), cache, slots, starts, mask, lengths or [T] * B)
+                                  sin.reshape(-1, sin.shape[-1]), cache, slots, starts, mask, lengths or [T] * B,
+                                  None if rag is None else rag.rows)
             if out is not None:
                 out = out.view(x.shape)
                 return out if rag is None else rag.unpack(out)

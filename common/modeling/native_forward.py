@@ -22,6 +22,7 @@ import os
 
 import torch
 
+from common.modeling.attention import visible_columns
 from common.modeling.kernels import PlannedWeight, pick
 from common.modeling.native import PackedWeight
 
@@ -105,22 +106,19 @@ class NativeForward:
         return torch.tensor(rows, dtype=torch.int64).reshape(-1), keep
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, slots: list[int],
-            starts: list[int], mask: torch.Tensor, lengths: list[int]) -> torch.Tensor | None:
+            starts: list[int], mask: torch.Tensor, lengths: list[int],
+            rows: torch.Tensor | None = None) -> torch.Tensor | None:
         """All layers and the final norm over packed rows: ``x`` ``[N, H]`` bf16 embeddings (overwritten
         with the residual stream), ``cos``/``sin`` ``[N, D]``; segment b (``lengths[b]`` rows, slot
         ``slots[b]``) writes its K/V at ``starts[b]`` on and sees the columns ``mask[b, 0, t]``
-        (``[B, 1, T, S]`` bool) allows. Returns the hidden states ``[N, H]`` bf16, or None (nothing
-        done) when a projection's kernel for N rows is not a packed one."""
+        (``[B, 1, T, S]`` bool) allows. ``rows``: the real rows' flat indices ``b * T + t``
+        (``Ragged.rows``; None: every row is real). Returns the hidden states ``[N, H]`` bf16, or None
+        (nothing done) when a projection's kernel for N rows is not a packed one."""
         s, N = self.model.spec, x.shape[0]
         table = self.table(N)
         if table is None:
             return None
-        B, T = mask.shape[0], mask.shape[2]
-        real = torch.cat([torch.arange(b * T, b * T + n) for b, n in enumerate(lengths)])  # [N] rows of B * T
-        m = mask[:, 0, :, :cache.max_len].reshape(B * T, -1)[real]  # [N, S]
-        cols = m.nonzero()[:, 1].to(torch.int32).contiguous()  # each row's visible columns, ascending
-        offsets = torch.zeros(N + 1, dtype=torch.int64)
-        offsets[1:] = m.sum(-1).cumsum(0)
+        cols, offsets = visible_columns(mask, cache.max_len, rows)
         seg = torch.tensor(lengths, dtype=torch.int64)
         row_slot = torch.tensor(slots, dtype=torch.int64).repeat_interleave(seg)
         row_pos = (torch.tensor(starts, dtype=torch.int64).repeat_interleave(seg)

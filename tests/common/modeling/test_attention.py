@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.modeling.attention import build_batch, segment_mask, segment_positions
+from common.modeling.attention import build_batch, segment_mask, segment_positions, visible_columns
 from common.modeling.runner import PREFILL_ALONE, batches, forward_segments
 from common.tree import ROOT, path_to
 
@@ -127,6 +127,21 @@ def _cache_pair(dtype, head_dim=16, heads=4):
 # (head_dim, query heads): AVX-512 loops (D % 16 == 0, D <= 128; 3 query heads per KV head leaves
 # one head of the last pair alone), and the portable loops (D = 24)
 SHAPES = [(16, 4), (128, 6), (24, 4)]
+
+
+class TestVisibleColumns:
+    def test_csr_lists_each_rows_columns_ascending_and_can_keep_only_real_rows(self):
+        """visible_columns gives each query row's allowed KV columns (below max_len) in ascending
+        order as CSR, for all B * T rows or only the given flat row indices (a ragged batch's real rows)."""
+        mask = torch.zeros(2, 1, 2, 5, dtype=torch.bool)
+        mask[0, 0, 0, [0, 2]] = True
+        mask[0, 0, 1, [0, 1, 4]] = True
+        mask[1, 0, 0, [3]] = True  # row 3 (b=1, t=1) sees nothing
+        cols, offsets = visible_columns(mask, max_len=4)  # column 4 is past max_len
+        assert offsets.tolist() == [0, 2, 4, 5, 5] and cols.tolist() == [0, 2, 0, 1, 3]
+        cols, offsets = visible_columns(mask, max_len=5, rows=torch.tensor([1, 2]))
+        assert offsets.tolist() == [0, 3, 4] and cols.tolist() == [0, 1, 4, 3]
+        assert cols.dtype == torch.int32 and offsets.dtype == torch.int64
 
 
 class TestExactAttention:

@@ -93,7 +93,6 @@ class TestSameAsPython:
         assert torch.equal(ca.k, cb.k) and torch.equal(ca.v, cb.v)
 
 
-
 @NO_LIB
 @NO_VNNI
 def test_w4a8_main_prefill_through_the_native_loop_matches(models):
