@@ -127,8 +127,10 @@ def run_http(args: argparse.Namespace) -> int:
     except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1
+    from treespec.bench_llamacpp import cpu_model  # lscpu; torch-free
     result = {"config": {"url": args.url, "dataset": args.dataset, "prompts": len(prompts),
-                         "max_new_tokens": args.max_new_tokens, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+                         "max_new_tokens": args.max_new_tokens, "cpu_model": cpu_model(),
+                         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
               "concurrency": rows, "command": "treespec " + " ".join(sys.argv[1:])}
     write_json(args.json, result)
     if args.plots:

@@ -93,12 +93,13 @@ def divergence(plain: Run, spec: Run, dtype: str, gap_run: Run | None = None) ->
     return {"position": pos, "gap": gap, "tie": gap <= TIE_TOLERANCE[dtype]}
 
 
-def run_concurrent(engine, prompts: list[list[int]], max_new: int) -> dict:
-    """Submit all prompts at once to one engine (continuous batching) and run to completion.
+def run_concurrent(engine, prompts: list[list[int]], max_new: int, ignore_eos: bool = False) -> dict:
+    """Submit all prompts at once to one engine (continuous batching) and run to completion
+    (``ignore_eos``: every request generates ``max_new`` tokens, as the HTTP bench's do).
 
     Returns aggregate tokens/s and p50/p99 inter-token latency (ms) over all requests.
     """
-    params = wire.SamplingParams(max_tokens=max_new)
+    params = wire.SamplingParams(max_tokens=max_new, ignore_eos=ignore_eos)
     for i, p in enumerate(prompts):
         engine.submit(f"c{i}", p, params)
     t0 = time.perf_counter()

@@ -13,6 +13,7 @@ from common.config import AUTO, Config
 from common.modeling.build import eos_ids, load_pair
 from common.tree_budget import TreeBudget
 from treespec.engine import make_engine, measure_costs
+from treespec.bench_llamacpp import cpu_model
 from treespec.bench_run import Run, divergence, run_concurrent, run_one, timeline
 from treespec.generate import encode_prompt
 
@@ -77,7 +78,7 @@ class Suite:
                 "draft_context_window": self.cfg.draft_context_window, "main_int4_dense": self.cfg.main_int4_dense,
                 "kernels": {"main": _plan(self.main), "draft": _plan(self.draft)},
                 "prompts": len(self.prompts), "torch_threads": torch.get_num_threads(),
-                "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                "machine": platform.machine(), "cpu_model": cpu_model(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
     @staticmethod
     def _aggregate(records: list[dict], core) -> dict:

@@ -356,16 +356,17 @@ class RoundDriver:
                               verify_steps=seq.verify_steps)
                 self.owners.pop(sid, None)
                 out += self._release(seq)
+        nodes = sum(t.tokens.shape[0] for t in rnd.trees.values() if t.tokens.shape)  # tree rows verified
         if not rnd.prefill and accepted:  # a prefill round's cost is the prompt's, not decoding's
-            self._observe_costs(rnd, accepted)
+            self._observe_costs(rnd, accepted, nodes)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, [n for _, n in accepted],
-                    from_guess=rnd.guessed)
+                    from_guess=rnd.guessed, tree_nodes=nodes, lookup_grafts=len(rnd.grafts))
         return out
 
-    def _observe_costs(self, rnd: Round, committed: list[tuple[Sequence, int]]) -> None:
-        """Feed a decode round's ms to the tree policy (verify cost, calibration) and each
-        sequence's tokens over the round's ms to its lookup rates (with or without its grafts)."""
-        nodes = sum(t.tokens.shape[0] for t in rnd.trees.values() if t.tokens.shape)
+    def _observe_costs(self, rnd: Round, committed: list[tuple[Sequence, int]], nodes: int) -> None:
+        """Feed a decode round's ms (``nodes``: tree nodes verified) to the tree policy (verify cost,
+        calibration) and each sequence's tokens over the round's ms to its lookup rates (with or
+        without its grafts)."""
         tokens, round_ms = sum(n for _, n in committed), rnd.draft_ms + rnd.verify_ms
         self.policy.observe_verify(len(committed), len(committed) + nodes, rnd.verify_ms)
         self.policy.observe_round(nodes > 0, tokens, round_ms, 0.0 if rnd.guessed else rnd.draft_ms)

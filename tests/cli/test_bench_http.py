@@ -12,6 +12,7 @@ from tests.integration.cluster import free_port
 from tests.integration.deployment import Deployment
 from treespec.bench_http import event_tokens, percentile_ms, request_body
 from treespec.bench_data import Prompt
+from treespec.bench_llamacpp import cpu_model
 
 pytestmark = pytest.mark.timeout(300)
 MAX_NEW = 6
@@ -66,7 +67,9 @@ class TestBenchUrl:
                      "--dataset", str(prompts), "--max-new-tokens", str(MAX_NEW), "--json", str(out),
                      "--plots", str(tmp_path / "plots"))
         assert done.returncode == 0, done.stderr
-        rows = json.loads(out.read_text())["concurrency"]
+        result = json.loads(out.read_text())
+        rows = result["concurrency"]
+        assert result["config"]["cpu_model"] == cpu_model()  # every figure carries the host's CPU model
         assert [r["concurrency"] for r in rows] == LEVELS
         for r in rows:  # every one of the 3 prompts at each level; repeated to fill 4 and 8 in flight
             assert r["requests"] == max(3, r["concurrency"])

@@ -85,6 +85,28 @@ class TestCalibration:
                                                   outs={"r": wire.VerifyOut(accepted=[0], bonus=8)}), 0.0)
         assert seen == [(True, 80.0, 30.0)]
 
+    def test_the_round_log_counts_tree_nodes_and_lookup_grafts(self):
+        """Each round's log event says how many tree nodes the verifier scored (beyond one token
+        per sequence) and how many sequences had prompt-lookup nodes grafted, so a slow round in
+        the log can be told apart from a big one."""
+        drv = driver(draft=False)
+        drv.had_draft = True  # degraded: lookup alone fills the trees
+        events = []
+        drv.log = type("Log", (), {"info": lambda self, event, **kw: events.append((event, kw)),
+                                   "__getattr__": lambda self, name: lambda *a, **k: None})()
+        drv.submit(GW, wire.Submit(request_id="rep", prompt=[5, 6, 7, 8, 5, 6, 7], params=PARAMS))
+        drv.submit(GW, wire.Submit(request_id="new", prompt=[20, 21, 22, 23, 24, 25, 26], params=PARAMS))
+        (_, step), = drv.start(0.0)  # the prefill round
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            "rep": wire.VerifyOut(accepted=[], bonus=8), "new": wire.VerifyOut(accepted=[], bonus=27)}), 0.0)
+        (_, step), = drv.start(0.0)
+        nodes = {e.seq_id: e.tree.tokens.shape[0] for e in step.seqs}
+        assert nodes["rep"] > 0 and nodes["new"] == 0
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=40.0, outs={
+            "rep": wire.VerifyOut(accepted=[0, 1], bonus=7), "new": wire.VerifyOut(accepted=[], bonus=28)}), 0.0)
+        rounds = [kw for event, kw in events if event == "round"]
+        assert [(r["tree_nodes"], r["lookup_grafts"], r["accepted"]) for r in rounds][-1] == (nodes["rep"], 1, [3, 1])
+
 
 class TestPrefillRound:
     def test_first_token_comes_from_the_main_model_alone(self):
