@@ -34,6 +34,23 @@ def driver(draft: bool, verifier: bool = True, timeout_s: float = 1.0) -> RoundD
     return RoundDriver(SchedulerCore(4, 16, 160, {99}), reg, cfg, NullLog(), 1e9)
 
 
+def repeating_and_new(log_info=None) -> tuple[RoundDriver, wire.VerifyStep]:
+    """A degraded driver (no draft: lookup alone fills the trees; ``log_info`` receives its info
+    events) with "rep" (a prompt that repeats) and "new" (one that does not) past their prefill
+    round; returns it and the next round's verify step."""
+    drv = driver(draft=False)
+    drv.had_draft = True
+    if log_info is not None:
+        drv.log = type("Log", (), {"info": log_info, "__getattr__": lambda self, name: lambda *a, **k: None})()
+    drv.submit(GW, wire.Submit(request_id="rep", prompt=[5, 6, 7, 8, 5, 6, 7], params=PARAMS))
+    drv.submit(GW, wire.Submit(request_id="new", prompt=[20, 21, 22, 23, 24, 25, 26], params=PARAMS))
+    (_, step), = drv.start(0.0)  # the prefill round
+    drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+        "rep": wire.VerifyOut(accepted=[], bonus=8), "new": wire.VerifyOut(accepted=[], bonus=27)}), 0.0)
+    (_, step), = drv.start(0.0)
+    return drv, step
+
+
 def deltas(outs, rid: str) -> list[wire.TokenDelta]:
     return [m for _, m in outs if isinstance(m, wire.TokenDelta) and m.request_id == rid]
 
@@ -89,17 +106,8 @@ class TestCalibration:
         """Each round's log event says how many tree nodes the verifier scored (beyond one token
         per sequence) and how many sequences had prompt-lookup nodes grafted, so a slow round in
         the log can be told apart from a big one."""
-        drv = driver(draft=False)
-        drv.had_draft = True  # degraded: lookup alone fills the trees
         events = []
-        drv.log = type("Log", (), {"info": lambda self, event, **kw: events.append((event, kw)),
-                                   "__getattr__": lambda self, name: lambda *a, **k: None})()
-        drv.submit(GW, wire.Submit(request_id="rep", prompt=[5, 6, 7, 8, 5, 6, 7], params=PARAMS))
-        drv.submit(GW, wire.Submit(request_id="new", prompt=[20, 21, 22, 23, 24, 25, 26], params=PARAMS))
-        (_, step), = drv.start(0.0)  # the prefill round
-        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
-            "rep": wire.VerifyOut(accepted=[], bonus=8), "new": wire.VerifyOut(accepted=[], bonus=27)}), 0.0)
-        (_, step), = drv.start(0.0)
+        drv, step = repeating_and_new(lambda self, event, **kw: events.append((event, kw)))
         nodes = {e.seq_id: e.tree.tokens.shape[0] for e in step.seqs}
         assert nodes["rep"] > 0 and nodes["new"] == 0
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=40.0, outs={
@@ -222,14 +230,7 @@ class TestLookupPerSequence:
         """In one round, the sequence whose text repeats gets lookup nodes and the one whose text
         does not gets none: each records its own lookup statistics (added nodes, gains) and its
         tokens per round ms under 'grafted' or not, besides the engine-wide statistics."""
-        drv = driver(draft=False)
-        drv.had_draft = True  # degraded: lookup alone fills the trees
-        drv.submit(GW, wire.Submit(request_id="rep", prompt=[5, 6, 7, 8, 5, 6, 7], params=PARAMS))
-        drv.submit(GW, wire.Submit(request_id="new", prompt=[20, 21, 22, 23, 24, 25, 26], params=PARAMS))
-        (_, step), = drv.start(0.0)  # the prefill round
-        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
-            "rep": wire.VerifyOut(accepted=[], bonus=8), "new": wire.VerifyOut(accepted=[], bonus=27)}), 0.0)
-        (_, step), = drv.start(0.0)
+        drv, step = repeating_and_new()
         trees = {e.seq_id: e.tree.tokens.numpy().tolist() for e in step.seqs}
         assert trees["rep"][:2] == [5, 6] and trees["new"] == []  # lookup copied what followed 7, 8
         rep, new = drv.core.running["rep"].lookup, drv.core.running["new"].lookup
