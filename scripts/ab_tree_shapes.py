@@ -61,6 +61,8 @@ def main() -> None:
     ap.add_argument("--ignore-eos", action="store_true", help="every request generates --max-new-tokens")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
+    if args.batch < 1:
+        ap.error(f"--batch must be >= 1, got {args.batch}")
     names = args.arms.split(",")
     suite = Suite(load_config(None, {}), load_prompts(args.dataset, args.limit), args.max_new_tokens, 1)
     engines = [suite._engine(parse_arm(n), slots=args.batch) for n in names]
@@ -79,7 +81,7 @@ def main() -> None:
     arms = {n: {**t, "tokens_per_s": t["tokens"] / t["seconds"], "tokens_per_round": t["tokens"] / t["rounds"]}
             for n, t in zip(names, totals)}
     for n, a in arms.items():
-        print(f"{n}: {a['tokens_per_s']:.2f} tok/s, {a['tokens_per_round']:.2f} tokens per round")
+        print(f"{n}: {a['tokens_per_s']:.2f} tok/s, {a['tokens_per_round']:.2f} tokens per sequence-round")
     with open(args.json, "w") as f:
         json.dump({"cpu": cpu_model(), "dataset": args.dataset, "prompts": len(suite.ids), "batch": args.batch,
                    "ignore_eos": args.ignore_eos, "max_new_tokens": args.max_new_tokens, "arms": arms}, f, indent=2)

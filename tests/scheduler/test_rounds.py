@@ -102,6 +102,8 @@ class TestCalibration:
                                                   outs={"r": wire.VerifyOut(accepted=[0], bonus=8)}), 0.0)
         assert seen == [(True, 80.0, 30.0)]
 
+
+class TestRoundLog:
     def test_the_round_log_counts_tree_nodes_and_lookup_grafts(self):
         """Each round's log event says how many tree nodes the verifier scored (beyond one token
         per sequence) and how many sequences had prompt-lookup nodes grafted, so a slow round in
