@@ -40,12 +40,10 @@ def parse_arm(text: str) -> tuple[int, int] | None:
     return size, depth
 
 
-def run_group(engine, group: list[list[int]], max_new: int, ignore_eos: bool, tag: str) -> tuple[int, float, int]:
+def run_group(engine, group: list[list[int]], max_new: int, ignore_eos: bool) -> tuple[int, float, int]:
     """(tokens generated, seconds, sequence-rounds: a round of B sequences counts B, the prefill
-    round included) of one prompt, or of a group of prompts run at once (continuous batching)."""
-    if len(group) == 1:
-        r = run_one(engine, tag, group[0], max_new, False, ignore_eos)
-        return len(r.tokens), r.seconds, len(r.committed) + 1
+    round included) of a group of prompts run at once (continuous batching; a group of one is a
+    single request)."""
     before = len(engine.stats.committed)
     r = run_concurrent(engine, group, max_new, ignore_eos)
     return r["tokens"], r["seconds"], len(engine.stats.committed) - before
@@ -73,7 +71,7 @@ def main() -> None:
     for i, group in enumerate(groups):
         order = range(len(names)) if i % 2 == 0 else reversed(range(len(names)))
         for k in order:
-            tokens, seconds, rounds = run_group(engines[k], group, args.max_new_tokens, args.ignore_eos, f"p{i}")
+            tokens, seconds, rounds = run_group(engines[k], group, args.max_new_tokens, args.ignore_eos)
             totals[k]["tokens"] += tokens
             totals[k]["seconds"] += seconds
             totals[k]["rounds"] += rounds
