@@ -16,6 +16,11 @@ group on every arm in alternating order; with ``--ignore-eos`` every request gen
 ``--max-new-tokens``, the HTTP bench's workload:
 
     .venv/bin/python scripts/ab_tree_shapes.py humaneval 16 plain,auto,2x2 --batch 8 --ignore-eos --json out.json
+
+An arm name ending in ``:sdpa`` runs its engine with the main model's attention on SDPA in every pass (as
+before ``build._verify_pass_attention``), the A/B of that choice:
+
+    .venv/bin/python scripts/ab_tree_shapes.py humaneval 16 plain,plain:sdpa,auto,auto:sdpa --batch 8 --ignore-eos --json out.json
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from treespec.bench_suite import Suite
 
 
 def parse_arm(text: str) -> tuple[int, int] | None:
-    """``auto`` -> None (the policy), ``plain`` -> (0, 0), ``8x8`` -> (8, 8). Raises ValueError."""
+    """``auto`` -> None (the policy), ``plain`` -> (0, 0), ``8x8`` -> (8, 8); a ``:sdpa`` suffix is
+    ignored here (``main``). Raises ValueError."""
+    text = text.removesuffix(":sdpa")
     if text == "auto":
         return None
     if text == "plain":
@@ -64,6 +71,7 @@ def main() -> None:
     names = args.arms.split(",")
     suite = Suite(load_config(None, {}), load_prompts(args.dataset, args.limit), args.max_new_tokens, 1)
     engines = [suite._engine(parse_arm(n), slots=args.batch) for n in names]
+    exact_lib = suite.main.exact_lib  # the main's attention kernel as built; None for ":sdpa" arms
     for e in engines:  # warm-up: first-call allocations stay out of the timings
         run_one(e, "warm", suite.ids[0], 16, False)
     totals = [{"tokens": 0, "seconds": 0.0, "rounds": 0} for _ in names]
@@ -71,6 +79,7 @@ def main() -> None:
     for i, group in enumerate(groups):
         order = range(len(names)) if i % 2 == 0 else reversed(range(len(names)))
         for k in order:
+            suite.main.exact_lib = None if names[k].endswith(":sdpa") else exact_lib
             tokens, seconds, rounds = run_group(engines[k], group, args.max_new_tokens, args.ignore_eos)
             totals[k]["tokens"] += tokens
             totals[k]["seconds"] += seconds

@@ -43,16 +43,17 @@ def quantized(request):
 
 class TestQuantizedMain:
     def test_projections_quantized(self, quantized):
-        """main_model() puts every layer projection in the chosen format and reads an int8 LM head (w4a8: the LM head in the W4A8 kernel too, with exact attention); embeddings stay fp32."""
+        """main_model() puts every layer projection in the chosen format and reads an int8 LM head (w4a8: the LM head in the W4A8 kernel too, with exact attention in every pass; int8 / int4: exact attention in verify-sized passes); embeddings stay fp32."""
         scheme, model = quantized
         names = [k for k in model.w if k.endswith(".weight")]
         assert names and all(isinstance(model.w[k], KINDS[scheme]) for k in names)
         assert model.w["embed"].dtype == torch.float32
         if scheme == "w4a8":
             assert {model.w[k].kind for k in names} == {"w4a8"} and model.head_weight.kind == "w4a8"
-            assert model.exact_lib is not None
+            assert model.exact_lib is not None and model.exact_max_rows is None
         else:
-            assert isinstance(model.head_weight, Int8Weight) and model.exact_lib is None
+            assert isinstance(model.head_weight, Int8Weight)
+            assert (model.exact_lib is None) == (library() is None)
 
     def test_served_model_differs_from_unquantized(self, quantized, tiny_main):
         """The quantized model's logits differ from the fp32 model's, within the scheme's error."""
@@ -186,6 +187,42 @@ class TestDraftAttention:
             cache.commit(slot, list(range(length)))
             forward_segments(draft, cache, [slot], [[4]], [tree[0]], [tree[1]])  # a 4-row level
         assert len(calls) == 1 and calls[0][1].shape[-1] <= DRAFT_EXACT_MAX_COLS
+
+
+class TestMainAttention:
+    def test_verify_passes_use_exact_attention_and_prefills_sdpa(self, monkeypatch):
+        """A bf16 CPU main runs ExactAttention in an uneven batch of verify segments (one 9-row tree among 1-row
+        decodes) with outputs close to SDPA's, and SDPA in a prefill longer than MAIN_EXACT_MAX_ROWS."""
+        import numpy as np
+        import common.modeling.model as model_module
+        from common.modeling.build import MAIN_EXACT_MAX_ROWS
+        from common.modeling.runner import forward_segments
+        if library() is None:
+            pytest.skip("no C++ compiler: the main model keeps SDPA")
+        main, _ = main_model(Config(main_model_path="tiny-random:0", dtype="bfloat16", kernel_probe=False))
+        assert main.exact_lib is not None and main.exact_max_rows == MAIN_EXACT_MAX_ROWS
+        monkeypatch.setattr(main, "native", None)  # count the Python loop's attention calls
+        calls = []
+        real = model_module.ExactAttention
+        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
+        cache = main.new_cache(3, MAIN_EXACT_MAX_ROWS + 32)
+        slots = [cache.allocate() for _ in range(3)]
+        none = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        prompt = list(range(1, MAIN_EXACT_MAX_ROWS + 3))
+        for s in slots:  # prefills of MAIN_EXACT_MAX_ROWS + 2 rows
+            forward_segments(main, cache, [s], [prompt], [none[0]], [none[1]])
+            cache.commit(s, list(range(len(prompt))))
+        assert calls == []
+        chain = np.arange(10, 18, dtype=np.int64), np.arange(-1, 7, dtype=np.int32)  # an 8-node tree
+        trees = [none, none, chain]
+
+        def verify():
+            return forward_segments(main, cache, slots, [[4], [5], [6]], [t[0] for t in trees], [t[1] for t in trees])
+        exact = verify()
+        assert len(calls) == 1
+        main.exact_lib = None
+        sdpa = verify()
+        assert all(torch.allclose(a.float(), b.float(), atol=5e-2, rtol=5e-2) for a, b in zip(exact, sdpa))
 
 
 class TestDraftHead:
