@@ -119,22 +119,21 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
     return with_kernels(cfg, model), tok
 
 
-MAIN_EXACT_MAX_ROWS = 80  # main-model passes whose longest segment has up to this many rows use ExactAttention
+MAIN_EXACT_MAX_ROWS = 32  # main-model passes whose longest segment has up to this many rows use ExactAttention
 
 
 def _verify_pass_attention(model: DecoderModel) -> None:
     """Attention of a CPU main model's decode and verify passes (segments of up to ``MAIN_EXACT_MAX_ROWS``
-    rows: a tree of up to 64 nodes plus its new tokens) by treespec's C++ kernel (``attention.ExactAttention``),
-    which also lets a pass take the native layer loop (``native_forward.py``). SDPA pads every segment of a
-    batch to the longest one and repeats the mask per query group: at a batch of 8 where one sequence
-    verifies 16 lookup rows and seven verify one, it attended 8 x 17 rows, and the pass took 211 ms where
-    the C++ kernel, over the 24 real rows, took 139 (300-token contexts; 477 vs 204 ms after 1,500
-    tokens). Plain decoding of 8 sequences took 89 ms instead of 103, one sequence 72 instead of 81, a
-    16-node tree 115 instead of 120; passes of 33-129 rows were within 10% either way (2-core AMD EPYC
-    Zen 5 host, bf16 Qwen2.5-Coder-1.5B; ``scripts/attention_layouts.py``). Prompt prefills keep SDPA's
-    blocked kernel. Each row's attention no longer depends on the other rows of its pass, so a token
-    verified inside a tree and the same token decoded alone see the same attention output. No library
-    (no g++) or not on the CPU: SDPA everywhere."""
+    rows) by treespec's C++ kernel (``attention.ExactAttention``), which also lets a pass whose projections
+    the kernel plan packs take the native layer loop (``native_forward.py``). SDPA pads every segment of a batch to the longest
+    one and repeats the mask per query group: at a batch of 8 where one sequence verifies 16 lookup rows
+    and seven decode one token, it attended 8 x 17 rows, and the pass took 204 ms where the C++ kernel,
+    over the 24 real rows, took 141 (300-token contexts; 471 vs 198 ms after 1,500 tokens). Plain
+    decoding of 8 sequences took 91 ms instead of 105, one sequence 69 instead of 74. Longer segments
+    (a big tree at batch 1) keep SDPA, whose blocked kernel was 5-9% faster on 33-65 rows after 1,500
+    tokens (2-core AMD EPYC Zen 5 host, bf16 Qwen2.5-Coder-1.5B; ``scripts/attention_layouts.py``), and
+    so do prompt prefills. Each row's attention then no longer depends on the other rows of its pass.
+    No library (no g++) or not on the CPU: SDPA everywhere."""
     from common.modeling.native import library
     lib = library() if str(model.device) == "cpu" else None
     if lib is not None:
