@@ -18,7 +18,8 @@ group on every arm in alternating order; with ``--ignore-eos`` every request gen
     .venv/bin/python scripts/ab_tree_shapes.py humaneval 16 plain,auto,2x2 --batch 8 --ignore-eos --json out.json
 
 An arm name ending in ``:sdpa`` runs its engine with the main model's attention on SDPA in every pass (as
-before ``build._verify_pass_attention``), the A/B of that choice:
+before ``build._verify_pass_attention``), the A/B of that choice (every arm shares the warm-up and the cost
+curves measured at start with the main model as built):
 
     .venv/bin/python scripts/ab_tree_shapes.py humaneval 16 plain,plain:sdpa,auto,auto:sdpa --batch 8 --ignore-eos --json out.json
 """
@@ -60,7 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dataset")
     ap.add_argument("limit", type=int)
-    ap.add_argument("arms", help="comma list of auto, plain or SIZExDEPTH")
+    ap.add_argument("arms", help="comma list of auto, plain or SIZExDEPTH, each optionally with :sdpa")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=1, help="prompts run at once per engine (default 1)")
     ap.add_argument("--ignore-eos", action="store_true", help="every request generates --max-new-tokens")

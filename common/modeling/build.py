@@ -119,23 +119,27 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
     return with_kernels(cfg, model), tok
 
 
-MAIN_EXACT_MAX_ROWS = 32  # main-model passes whose longest segment has up to this many rows use ExactAttention
+MAIN_EXACT_MAX_ROWS = 32  # main passes whose longest segment has at most this many rows: ExactAttention
 
 
 def _verify_pass_attention(model: DecoderModel) -> None:
-    """Attention of a CPU main model's decode and verify passes (segments of up to ``MAIN_EXACT_MAX_ROWS``
-    rows) by treespec's C++ kernel (``attention.ExactAttention``), which also lets a pass whose projections
-    the kernel plan packs take the native layer loop (``native_forward.py``). SDPA pads every segment of a batch to the longest
+    """Attention of a CPU main model's passes whose longest segment has at most ``MAIN_EXACT_MAX_ROWS`` rows
+    (decode steps, verify passes of trees up to 31 nodes, short prefills) by treespec's C++ kernel
+    (``attention.ExactAttention``), which also lets a bf16 pass whose projections the kernel plan packs
+    take the native layer loop (``native_forward.py``). SDPA pads every segment of a batch to the longest
     one and repeats the mask per query group: at a batch of 8 where one sequence verifies 16 lookup rows
     and seven decode one token, it attended 8 x 17 rows, and the pass took 204 ms where the C++ kernel,
-    over the 24 real rows, took 141 (300-token contexts; 471 vs 198 ms after 1,500 tokens). Plain
-    decoding of 8 sequences took 91 ms instead of 105, one sequence 69 instead of 74. Longer segments
-    (a big tree at batch 1) keep SDPA, whose blocked kernel was 5-9% faster on 33-65 rows after 1,500
-    tokens (2-core AMD EPYC Zen 5 host, bf16 Qwen2.5-Coder-1.5B; ``scripts/attention_layouts.py``), and
-    so do prompt prefills. Each row's attention then no longer depends on the other rows of its pass.
-    No library (no g++) or not on the CPU: SDPA everywhere."""
+    over the 24 real rows, took 140 (300-token contexts; 471 vs 198 ms after 1,500 tokens). Plain
+    decoding of 8 sequences took 90 ms instead of 105, one sequence 69 instead of 74. Longer segments
+    (a big tree at batch 1, prompt prefills) keep SDPA, whose blocked kernel was 5-9% faster on 33-65
+    rows after 1,500 tokens (2-core AMD EPYC Zen 5 host, bf16 Qwen2.5-Coder-1.5B;
+    ``scripts/attention_layouts.py``). Each row's attention then no longer depends on the other rows of
+    its pass. bf16 and fp32 activations only (the kernel's dtypes: fp16 keeps SDPA); a tensor-parallel
+    main builds its shards without this (``services/verifier/tensor_parallel.py``); no library (no g++)
+    or not on the CPU: SDPA everywhere."""
     from common.modeling.native import library
-    lib = library() if str(model.device) == "cpu" else None
+    exact_dtype = model.dtype in (torch.bfloat16, torch.float32)  # the kernel's; fp16 keeps SDPA
+    lib = library() if str(model.device) == "cpu" and exact_dtype else None
     if lib is not None:
         model.exact_lib = lib
         model.exact_max_rows = MAIN_EXACT_MAX_ROWS

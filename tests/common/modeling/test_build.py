@@ -6,7 +6,7 @@ import torch
 
 from common import wire
 from common.config import Config
-from common.modeling.build import main_model
+from common.modeling.build import MAIN_EXACT_MAX_ROWS, main_model
 from common.modeling.native import PackedWeight, cpu_has, library
 from common.modeling.quant import Int4Weight, Int8Weight
 from services.draft.runner import DraftRunner
@@ -54,6 +54,7 @@ class TestQuantizedMain:
         else:
             assert isinstance(model.head_weight, Int8Weight)
             assert (model.exact_lib is None) == (library() is None)
+            assert model.exact_lib is None or model.exact_max_rows == MAIN_EXACT_MAX_ROWS
 
     def test_served_model_differs_from_unquantized(self, quantized, tiny_main):
         """The quantized model's logits differ from the fp32 model's, within the scheme's error."""
@@ -195,7 +196,6 @@ class TestMainAttention:
         decodes) with outputs close to SDPA's, and SDPA in a prefill longer than MAIN_EXACT_MAX_ROWS."""
         import numpy as np
         import common.modeling.model as model_module
-        from common.modeling.build import MAIN_EXACT_MAX_ROWS
         from common.modeling.runner import forward_segments
         if library() is None:
             pytest.skip("no C++ compiler: the main model keeps SDPA")
@@ -223,6 +223,16 @@ class TestMainAttention:
         main.exact_lib = None
         sdpa = verify()
         assert all(torch.allclose(a.float(), b.float(), atol=5e-2, rtol=5e-2) for a, b in zip(exact, sdpa))
+
+
+    def test_fp16_main_keeps_sdpa(self):
+        """A CPU fp16 main model (a dtype the C++ kernel lacks) keeps SDPA and decodes a token without error."""
+        main, _ = main_model(Config(main_model_path="tiny-random:0", dtype="float16", kernel_probe=False))
+        assert main.exact_lib is None
+        cache = main.new_cache(1, 16)
+        hidden = main.forward(torch.tensor([[3]]), torch.tensor([[0]]), cache, [cache.allocate()],
+                              torch.ones(1, 1, 1, 1, dtype=torch.bool))
+        assert hidden.shape[:2] == (1, 1) and torch.isfinite(hidden.float()).all()
 
 
 class TestDraftHead:
