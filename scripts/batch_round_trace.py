@@ -19,11 +19,10 @@ import collections
 import json
 import time
 
-from common import wire
 from common.config import load_config
 from treespec.bench_data import load_prompts
 from treespec.bench_llamacpp import cpu_model
-from treespec.bench_run import run_one
+from treespec.bench_run import run_concurrent, run_one
 from treespec.bench_suite import Suite
 
 BATCH = 8
@@ -66,19 +65,6 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def run_group(engine, name: str, prompts: list[list[int]]) -> tuple[int, float]:
-    """(tokens, seconds) of one group submitted at once and stepped to the end."""
-    params = wire.SamplingParams(max_tokens=128, ignore_eos=True)
-    for i, ids in enumerate(prompts):
-        engine.submit(f"{name}-{i}", ids, params)
-    t0, tokens, pending = time.perf_counter(), 0, len(prompts)
-    while pending:
-        for delta in engine.step():
-            tokens += len(delta.tokens)
-            pending -= delta.finish is not None
-    return tokens, time.perf_counter() - t0
-
-
 def main() -> None:
     """Run the groups on both arms, print each group's summary, write the rounds."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,7 +84,8 @@ def main() -> None:
     for g in range(args.groups):
         for arm in (["plain", "auto"] if g % 2 == 0 else ["auto", "plain"]):
             first = len(rows)
-            tokens, seconds = run_group(engines[arm], f"g{g}{arm}", suite.ids[g * BATCH:(g + 1) * BATCH])
+            r = run_concurrent(engines[arm], suite.ids[g * BATCH:(g + 1) * BATCH], 128, ignore_eos=True)
+            tokens, seconds = r["tokens"], r["seconds"]
             kinds = summarize(rows[first + 1:])  # the group's first round is its prefill
             groups.append({"group": g, "arm": arm, "tokens": tokens, "seconds": seconds, "kinds": kinds})
             print(f"group {g} {arm}: {tokens / seconds:.2f} tok/s, {len(rows) - first} rounds")

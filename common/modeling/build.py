@@ -53,10 +53,19 @@ def _small_pass_attention(model: DecoderModel) -> None:
     after a 1,000-token prefix took 22.4 ms with the C++ kernel and 20.8 with SDPA, after 2,000 tokens 27.4
     and 23.2, after 200 tokens 18.0 and 18.4 (same host). The draft need not be row-independent; this is
     speed only. No library (no g++): SDPA everywhere."""
+    _exact_attention(model, DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS)
+
+
+def _exact_attention(model: DecoderModel, max_rows: int, max_cols: int | None = None) -> None:
+    """Route ``model``'s passes whose longest segment has at most ``max_rows`` rows (over at most
+    ``max_cols`` KV columns; None: any) to ``attention.ExactAttention`` where it runs: on the CPU, in
+    bf16 or fp32 (its dtypes), with the native library built. Otherwise nothing changes (SDPA)."""
     from common.modeling.native import library
-    model.exact_lib = library()
-    model.exact_max_rows = DRAFT_EXACT_MAX_ROWS
-    model.exact_max_cols = DRAFT_EXACT_MAX_COLS
+    if str(model.device) != "cpu" or model.dtype not in (torch.bfloat16, torch.float32):
+        return
+    lib = library()
+    if lib is not None:
+        model.exact_lib, model.exact_max_rows, model.exact_max_cols = lib, max_rows, max_cols
 
 
 def _draft_head(model: DecoderModel) -> None:
@@ -137,12 +146,7 @@ def _verify_pass_attention(model: DecoderModel) -> None:
     its pass. bf16 and fp32 activations only (the kernel's dtypes: fp16 keeps SDPA); a tensor-parallel
     main builds its shards without this (``services/verifier/tensor_parallel.py``); no library (no g++)
     or not on the CPU: SDPA everywhere."""
-    from common.modeling.native import library
-    exact_dtype = model.dtype in (torch.bfloat16, torch.float32)  # the kernel's; fp16 keeps SDPA
-    lib = library() if str(model.device) == "cpu" and exact_dtype else None
-    if lib is not None:
-        model.exact_lib = lib
-        model.exact_max_rows = MAIN_EXACT_MAX_ROWS
+    _exact_attention(model, MAIN_EXACT_MAX_ROWS)
 
 
 def _row_independent(model: DecoderModel) -> None:
