@@ -22,6 +22,13 @@ before ``build._verify_pass_attention``), the A/B of that choice (every arm shar
 curves measured at start with the main model as built):
 
     .venv/bin/python scripts/ab_tree_shapes.py humaneval 16 plain,plain:sdpa,auto,auto:sdpa --batch 8 --ignore-eos --json out.json
+
+An arm name ending in ``:fixed`` runs with both models' attention routed by the limits they are built with
+(``build.DRAFT_EXACT_MAX_COLS`` for the draft, ``build.MAIN_EXACT_MAX_ROWS`` at any context for the main)
+instead of the limits ``attention_probe`` measured at start, the A/B of that probe; it shows on long
+contexts (``--max-new-tokens 1536 --ignore-eos``):
+
+    .venv/bin/python scripts/ab_tree_shapes.py spec_bench 6 auto,auto:fixed --max-new-tokens 1536 --ignore-eos --json out.json
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import argparse
 import json
 
 from common.config import load_config
+from common.modeling.build import DRAFT_EXACT_MAX_COLS, DRAFT_EXACT_MAX_ROWS, MAIN_EXACT_MAX_ROWS
 from treespec.bench_data import load_prompts
 from treespec.bench_llamacpp import cpu_model
 from treespec.bench_run import run_concurrent, run_one
@@ -37,9 +45,9 @@ from treespec.bench_suite import Suite
 
 
 def parse_arm(text: str) -> tuple[int, int] | None:
-    """``auto`` -> None (the policy), ``plain`` -> (0, 0), ``8x8`` -> (8, 8); a ``:sdpa`` suffix is
-    ignored here (``main``). Raises ValueError."""
-    text = text.removesuffix(":sdpa")
+    """``auto`` -> None (the policy), ``plain`` -> (0, 0), ``8x8`` -> (8, 8); a ``:sdpa`` or ``:fixed``
+    suffix is ignored here (``main``). Raises ValueError."""
+    text = text.removesuffix(":sdpa").removesuffix(":fixed")
     if text == "auto":
         return None
     if text == "plain":
@@ -61,7 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dataset")
     ap.add_argument("limit", type=int)
-    ap.add_argument("arms", help="comma list of auto, plain or SIZExDEPTH, each optionally with :sdpa")
+    ap.add_argument("arms", help="comma list of auto, plain or SIZExDEPTH, each optionally with :sdpa or :fixed")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=1, help="prompts run at once per engine (default 1)")
     ap.add_argument("--ignore-eos", action="store_true", help="every request generates --max-new-tokens")
@@ -73,6 +81,8 @@ def main() -> None:
     suite = Suite(load_config(None, {}), load_prompts(args.dataset, args.limit), args.max_new_tokens, 1)
     engines = [suite._engine(parse_arm(n), slots=args.batch) for n in names]
     exact_lib = suite.main.exact_lib  # the main's attention kernel as built; None for ":sdpa" arms
+    limits = {m: {False: m.exact_limits, True: built} for m, built in  # measured, and as built (":fixed" arms)
+              ((suite.main, ((MAIN_EXACT_MAX_ROWS, None),)), (suite.draft, ((DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS),)))}
     for e in engines:  # warm-up: first-call allocations stay out of the timings
         run_one(e, "warm", suite.ids[0], 16, False)
     totals = [{"tokens": 0, "seconds": 0.0, "rounds": 0} for _ in names]
@@ -81,6 +91,8 @@ def main() -> None:
         order = range(len(names)) if i % 2 == 0 else reversed(range(len(names)))
         for k in order:
             suite.main.exact_lib = None if names[k].endswith(":sdpa") else exact_lib
+            for model, choice in limits.items():
+                model.exact_limits = choice[names[k].endswith(":fixed")]
             tokens, seconds, rounds = run_group(engines[k], group, args.max_new_tokens, args.ignore_eos)
             totals[k]["tokens"] += tokens
             totals[k]["seconds"] += seconds

@@ -3,7 +3,7 @@
 Fills 8 KV slots of the bf16 main model with ``--context`` random tokens each, then times one forward
 pass plus the LM head over segment layouts (``8x1``: eight sequences decoding one token; ``7x1+1x17``:
 seven decoding, one verifying 16 tree nodes), alternating the main model's attention between SDPA
-(``exact_lib`` None) and treespec's C++ kernel at any row count (``exact_max_rows`` None, so the
+(``exact_lib`` None) and treespec's C++ kernel at any row count (``exact_limits`` None, so the
 layouts past ``build.MAIN_EXACT_MAX_ROWS`` show why it is where it is), ``--reps`` times; prints min
 and median ms and their ratio, and writes them as JSON with the CPU model. Not a unit test: host speed drifts,
 so only the ratio within one run means anything.
@@ -40,7 +40,7 @@ def time_layouts(model, lib, cache, slots: list[int], reps: int) -> dict[str, di
     times: dict[str, dict[str, list[float]]] = {name: {"sdpa": [], "exact": []} for name, _ in LAYOUTS}
     for _ in range(reps):
         for kernel in ("sdpa", "exact"):
-            model.exact_lib, model.exact_max_rows = (lib, None) if kernel == "exact" else (None, None)
+            model.exact_lib, model.exact_limits = (lib, None) if kernel == "exact" else (None, None)
             for name, layout in LAYOUTS:
                 trees = [chain(n - 1) for n in layout]
                 t0 = time.perf_counter()

@@ -227,9 +227,15 @@ def _slots(holder: dict) -> tuple[int, int]:
 
 
 def _kernels(holder: dict) -> tuple[list[tuple[str, int, str]], dict[str, float]]:
-    """The built worker's kernel plan: (chosen (format, rows, kernel), probe timings); empty while loading."""
-    plan = getattr(holder.get("built"), "kernel_plan", None)
-    return (plan.choices(), dict(plan.timings)) if plan is not None else ([], {})
+    """The built worker's kernel plan: (chosen (format, rows, kernel), probe timings), the attention
+    plan's (``attention_probe.AttentionPlan``) with format ``attention``; empty while loading."""
+    built = holder.get("built")
+    chosen, timings = [], {}
+    for plan in (getattr(built, "kernel_plan", None), getattr(built, "attention_plan", None)):
+        if plan is not None:
+            chosen += plan.choices()
+            timings.update(plan.metric_timings())
+    return chosen, timings
 
 
 def add_worker_args(parser) -> None:

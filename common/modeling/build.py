@@ -11,6 +11,7 @@ import torch
 from common.config import Config
 from common.tokenizer import END_MARKERS
 from common.modeling.grammar import GrammarMasks
+from common.modeling.attention_probe import install as install_attention
 from common.modeling.kernel_probe import install as install_kernels
 from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES
 from common.modeling.model import DecoderModel
@@ -38,11 +39,12 @@ def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
     if cfg.draft_quantization != "none" and cfg.device == "cpu" and cfg.dtype == "bfloat16":
         _draft_head(model)  # read once per draft level; the main model verifies every proposal anyway
         _small_pass_attention(model)
-    return with_kernels(cfg, model), tok
+    return with_kernels(cfg, model, DRAFT_PROBE_ROWS), tok
 
 
 DRAFT_EXACT_MAX_ROWS = 8  # draft passes up to this many rows (levels, catch-ups) use ExactAttention ...
-DRAFT_EXACT_MAX_COLS = 512  # ... over up to this many KV columns (committed prefix + the pass)
+DRAFT_EXACT_MAX_COLS = 512  # ... over up to this many KV columns (committed prefix + the pass), until measured:
+DRAFT_PROBE_ROWS = (1, 4, DRAFT_EXACT_MAX_ROWS)  # the row counts attention_probe times (append, level, the limit)
 
 
 def _small_pass_attention(model: DecoderModel) -> None:
@@ -52,20 +54,22 @@ def _small_pass_attention(model: DecoderModel) -> None:
     whose blocked kernel is faster on long segments, and so do passes over long contexts: a 4-row level
     after a 1,000-token prefix took 22.4 ms with the C++ kernel and 20.8 with SDPA, after 2,000 tokens 27.4
     and 23.2, after 200 tokens 18.0 and 18.4 (same host). The draft need not be row-independent; this is
-    speed only. No library (no g++): SDPA everywhere."""
-    _exact_attention(model, DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS)
+    speed only. No library (no g++): SDPA everywhere. These limits hold until the worker measures its
+    own at start (``with_kernels``: ``attention_probe``); on the 2-core AMD EPYC Zen 5 host the C++ kernel
+    won at 4 rows up to 2,048 columns (16.7 vs 18.3 ms) and at 1 row up to 4,096 (16.4 vs 21.1)."""
+    _exact_attention(model, ((DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS),))
 
 
-def _exact_attention(model: DecoderModel, max_rows: int, max_cols: int | None = None) -> None:
-    """Route ``model``'s passes whose longest segment has at most ``max_rows`` rows (over at most
-    ``max_cols`` KV columns; None: any) to ``attention.ExactAttention`` where it runs: on the CPU, in
-    bf16 or fp32 (its dtypes), with the native library built. Otherwise nothing changes (SDPA)."""
+def _exact_attention(model: DecoderModel, limits: tuple[tuple[int, int | None], ...]) -> None:
+    """Route ``model``'s passes within ``limits`` (``DecoderModel.exact_limits``: ((max rows, max KV
+    columns or None), ...)) to ``attention.ExactAttention`` where it runs: on the CPU, in bf16 or fp32
+    (its dtypes), with the native library built. Otherwise nothing changes (SDPA)."""
     from common.modeling.native import library
     if str(model.device) != "cpu" or model.dtype not in (torch.bfloat16, torch.float32):
         return
     lib = library()
     if lib is not None:
-        model.exact_lib, model.exact_max_rows, model.exact_max_cols = lib, max_rows, max_cols
+        model.exact_lib, model.exact_limits = lib, limits
 
 
 def _draft_head(model: DecoderModel) -> None:
@@ -125,10 +129,11 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
         if cfg.main_quantization != "none":
             _int8_head(model)  # as llama.cpp's 4-bit files keep a 6-bit output head, not a 16-bit one
         _verify_pass_attention(model)
-    return with_kernels(cfg, model), tok
+    return with_kernels(cfg, model, MAIN_PROBE_ROWS), tok
 
 
 MAIN_EXACT_MAX_ROWS = 32  # main passes whose longest segment has at most this many rows: ExactAttention
+MAIN_PROBE_ROWS = (1, 16, MAIN_EXACT_MAX_ROWS, 64)  # the row counts attention_probe times (decode, trees up to 63 nodes)
 
 
 def _verify_pass_attention(model: DecoderModel) -> None:
@@ -145,8 +150,10 @@ def _verify_pass_attention(model: DecoderModel) -> None:
     ``scripts/attention_layouts.py``). Each row's attention then no longer depends on the other rows of
     its pass. bf16 and fp32 activations only (the kernel's dtypes: fp16 keeps SDPA); a tensor-parallel
     main builds its shards without this (``services/verifier/tensor_parallel.py``); no library (no g++)
-    or not on the CPU: SDPA everywhere."""
-    _exact_attention(model, MAIN_EXACT_MAX_ROWS)
+    or not on the CPU: SDPA everywhere. The worker then measures at start up to how many KV columns the
+    kernel wins at 1, 16, 32 and 64 rows (``with_kernels``: ``attention_probe``); on that host SDPA won at
+    32 rows from 2,048 columns on (226 vs 237 ms), and the kernel won at 64 rows up to 1,024 (330 vs 337)."""
+    _exact_attention(model, ((MAIN_EXACT_MAX_ROWS, None),))
 
 
 def _row_independent(model: DecoderModel) -> None:
@@ -166,11 +173,15 @@ def _row_independent(model: DecoderModel) -> None:
              lib.w4a8_variant, amx)
 
 
-def with_kernels(cfg: Config, model: DecoderModel) -> DecoderModel:
+def with_kernels(cfg: Config, model: DecoderModel, attention_rows: tuple[int, ...] = ()) -> DecoderModel:
     """``model`` running the matmul kernels measured fastest on this host (config
-    ``kernel_probe``; plans cached under the model cache directory, see kernel_probe.py)."""
+    ``kernel_probe``; plans cached under the model cache directory, see kernel_probe.py), and, where
+    its small passes attend by the C++ kernel within limits (``exact_limits``), those limits measured
+    at ``attention_rows`` rows (``attention_probe.py``, same switch and cache directory)."""
     from common.models import cache_dir
-    install_kernels(model, cfg.kernel_probe, cache_dir() / "kernel-plans")
+    plans = cache_dir() / "kernel-plans"
+    install_kernels(model, cfg.kernel_probe, plans)
+    install_attention(model, attention_rows, cfg.kernel_probe, plans)
     return model
 
 

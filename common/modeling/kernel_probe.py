@@ -55,6 +55,10 @@ class KernelPlan:
         buckets = sorted({(k.split("/")[0], int(k.split("/")[1])) for k in self.timings})
         return [(fmt, rows, _pick(self.ladders.get(fmt, ()), rows)) for fmt, rows in buckets]
 
+    def metric_timings(self) -> dict[str, float]:
+        """``"format/rows/kernel"`` -> ms per model pass, for /metrics' ``worker_kernel_probe_ms``."""
+        return dict(self.timings)
+
 
 def _pick(ladder, rows: int) -> str:
     return pick(ladder, rows) if ladder else "default"
@@ -175,18 +179,18 @@ def make_plan(weights: dict, head, num_layers: int, cache: Path | None, timer: T
     busy = contended(time.process_time() - cpu_start, time.perf_counter() - start)
     plan = KernelPlan(ladders, shown, "probe-busy" if busy else "probe", probe_s)
     if path is not None and not busy:
-        _write(path, plan)
+        write_json_atomic(path, asdict(plan))
     return plan
 
 
-def _write(path: Path, plan: KernelPlan) -> None:
-    """Write atomically (temp file + rename): a crash never leaves half a plan. A cache that
-    cannot be written (a read-only models volume in a container) only costs the next start
-    a new probe: logged, never fatal."""
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON atomically (temp file + rename): a crash never leaves half a file. A
+    cache that cannot be written (a read-only models volume in a container) only costs the next
+    start a new probe: logged, never fatal."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(asdict(plan), indent=1))
+        tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

@@ -33,6 +33,11 @@ class DraftWorker:
         """The draft model's kernel_probe.KernelPlan."""
         return self.runner.model.kernel_plan
 
+    @property
+    def attention_plan(self):
+        """The draft model's attention_probe.AttentionPlan (None: not measured)."""
+        return self.runner.model.attention_plan
+
 
 def build_draft(cfg: Config, replica: str, log) -> DraftWorker:
     """Load the draft model, size its KV pool, warm it up with one tiny step.

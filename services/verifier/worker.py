@@ -36,6 +36,11 @@ class VerifierWorker:
         """The main model's kernel_probe.KernelPlan (None for a tensor-parallel group)."""
         return getattr(getattr(self.runner, "model", None), "kernel_plan", None)
 
+    @property
+    def attention_plan(self):
+        """The main model's attention_probe.AttentionPlan (None: not measured, or a tensor-parallel group)."""
+        return getattr(getattr(self.runner, "model", None), "attention_plan", None)
+
 
 def build_verifier(cfg: Config, replica: str, log) -> VerifierWorker:
     """Load the main model, size its KV pool, warm it up with one tiny step.

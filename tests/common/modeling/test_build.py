@@ -6,7 +6,7 @@ import torch
 
 from common import wire
 from common.config import Config
-from common.modeling.build import MAIN_EXACT_MAX_ROWS, main_model
+from common.modeling.build import MAIN_EXACT_MAX_ROWS, MAIN_PROBE_ROWS, main_model
 from common.modeling.native import PackedWeight, cpu_has, library
 from common.modeling.quant import Int4Weight, Int8Weight
 from services.draft.runner import DraftRunner
@@ -50,11 +50,13 @@ class TestQuantizedMain:
         assert model.w["embed"].dtype == torch.float32
         if scheme == "w4a8":
             assert {model.w[k].kind for k in names} == {"w4a8"} and model.head_weight.kind == "w4a8"
-            assert model.exact_lib is not None and model.exact_max_rows is None
+            assert model.exact_lib is not None and model.exact_limits is None
         else:
             assert isinstance(model.head_weight, Int8Weight)
             assert (model.exact_lib is None) == (library() is None)
-            assert model.exact_lib is None or model.exact_max_rows == MAIN_EXACT_MAX_ROWS
+            plan = model.attention_plan  # measured at start (kernel_probe on), else the limits as built
+            assert model.exact_lib is None or model.exact_limits == (((MAIN_EXACT_MAX_ROWS, None),) if plan is None else plan.limits)
+            assert plan is None or [r for r, _ in plan.limits] == list(MAIN_PROBE_ROWS)
 
     def test_served_model_differs_from_unquantized(self, quantized, tiny_main):
         """The quantized model's logits differ from the fp32 model's, within the scheme's error."""
@@ -142,13 +144,13 @@ class TestDraftAttention:
         """A quantized bf16 CPU draft runs ExactAttention in passes of up to DRAFT_EXACT_MAX_ROWS rows and SDPA in a longer prefill, with outputs close to SDPA's."""
         import numpy as np
         import common.modeling.model as model_module
-        from common.modeling.build import DRAFT_EXACT_MAX_ROWS, draft_model
+        from common.modeling.build import DRAFT_EXACT_MAX_COLS, DRAFT_EXACT_MAX_ROWS, draft_model
         from common.modeling.runner import forward_segments
         if library() is None:
             pytest.skip("no C++ compiler: the draft keeps SDPA")
         cfg = Config(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
         draft, _ = draft_model(cfg)
-        assert draft.exact_lib is not None and draft.exact_max_rows == DRAFT_EXACT_MAX_ROWS
+        assert draft.exact_lib is not None and draft.exact_limits == ((DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS),)
         calls = []
         real = model_module.ExactAttention
         monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
@@ -200,7 +202,7 @@ class TestMainAttention:
         if library() is None:
             pytest.skip("no C++ compiler: the main model keeps SDPA")
         main, _ = main_model(Config(main_model_path="tiny-random:0", dtype="bfloat16", kernel_probe=False))
-        assert main.exact_lib is not None and main.exact_max_rows == MAIN_EXACT_MAX_ROWS
+        assert main.exact_lib is not None and main.exact_limits == ((MAIN_EXACT_MAX_ROWS, None),)
         monkeypatch.setattr(main, "native", None)  # count the Python loop's attention calls
         calls = []
         real = model_module.ExactAttention

@@ -26,7 +26,7 @@ def _models():
     spec = tiny_spec()
     small = DecoderModel(spec, quantize_main_weights(tiny_weights(spec, 3, torch.bfloat16), "w4a8", torch.bfloat16),
                          torch.bfloat16)
-    small.exact_lib, small.exact_max_rows = lib, 8
+    small.exact_lib, small.exact_limits = lib, ((8, None),)
     dense = tiny_weights(spec, 4, torch.bfloat16)
     packed = {k: lib.pack(v) if k.endswith(".weight") and v.dim() == 2 and k.startswith("layers.") else v
               for k, v in dense.items()}

@@ -1,0 +1,179 @@
+"""Up to how many KV columns treespec's C++ attention beats SDPA on this host, measured at start.
+
+``build._exact_attention`` routes a CPU model's small passes (draft levels, the main model's
+verify passes) to ``attention.ExactAttention``, which also opens the one-call native layer loop
+(``native_forward.py``). Which of it and SDPA is faster depends on the context length and on the
+CPU: a draft step of 8 levels (4 rows each) after 1,500 tokens took 120 ms with the C++ kernel and
+200 ms with SDPA on the 2-core AMD EPYC Zen 5 host, while on the 2-core Intel Xeon host SDPA won
+past about 1,000 tokens (a 4-row level: 20.8 vs 22.4 ms). A fixed column limit is right on one of
+them only, so the worker times one pass of ``rows`` rows of its own model after each column count
+of ``COLUMN_LADDER`` with both kernels (random KV contents: the cost does not depend on them) and
+keeps the C++ kernel up to the last count before SDPA first wins (``choose_max_cols``). The result
+is cached as JSON next to the matmul kernel plans (``kernel_probe.py``), keyed by CPU model, torch
+version, threads, the model's shapes and the native library, so a restart reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import structlog
+import torch
+
+from common.modeling.kernel_probe import (Timer, cpu_model, host_was_busy, measure_ms,
+                                          write_json_atomic)
+
+COLUMN_LADDER = (512, 1024, 2048, 4096)  # KV columns before a timed pass
+PROBE_REPS = 2  # timed runs per (rows, columns, kernel) after one warm-up; the fastest counts
+ATTENTION_VERSION = 1  # bump when the probe or its key change: old cache files are ignored
+
+Limits = tuple[tuple[int, "int | None"], ...]  # ((max rows, max KV columns or None: any), ...), DecoderModel.exact_limits
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """``limits``: ``DecoderModel.exact_limits`` as measured (per row count timed, the C++ kernel up to
+    that many KV columns; None: any, 0: never); ``timings``: ``"rows/columns/exact"`` and
+    ``"rows/columns/sdpa"`` -> ms of one pass; ``source``: ``probe`` | ``cache`` | ``probe-busy`` (timed
+    while other processes ran: used for this run, not cached)."""
+
+    limits: Limits
+    timings: dict[str, float] = field(default_factory=dict)
+    source: str = "probe"
+    probe_s: float = 0.0
+
+    def choices(self) -> list[tuple[str, int, str]]:
+        """``("attention", rows, kernel)`` per row limit for /metrics' ``worker_kernel_info``: kernel
+        ``exact`` (any context), ``exact_up_to_<N>_columns`` or ``sdpa``."""
+        def label(cols):
+            return "exact" if cols is None else "sdpa" if cols == 0 else f"exact_up_to_{cols}_columns"
+        return [("attention", rows, label(cols)) for rows, cols in self.limits]
+
+    def metric_timings(self) -> dict[str, float]:
+        """``"attention/rows/kernel@columns"`` -> ms per pass, for /metrics' ``worker_kernel_probe_ms``."""
+        out = {}
+        for key, ms in self.timings.items():
+            rows, cols, kernel = key.split("/")
+            out[f"attention/{rows}/{kernel}@{cols}"] = ms
+        return out
+
+
+def choose_max_cols(timings: dict[str, float], rows: int, ladder: tuple[int, ...] = COLUMN_LADDER) -> int | None:
+    """The column limit of the C++ kernel for passes of ``rows`` rows from ``timings``
+    (``"rows/cols/exact"``, ``"rows/cols/sdpa"`` -> ms): the last count of ``ladder`` (ascending) up to
+    which it was never slower than SDPA; None when it won at every count (no limit), 0 when SDPA won
+    already at the first."""
+    limit: int | None = None
+    for cols in ladder:
+        if timings[f"{rows}/{cols}/exact"] > timings[f"{rows}/{cols}/sdpa"]:
+            return limit if limit is not None else 0
+        limit = cols
+    return None
+
+
+def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN_LADDER, timer: Timer = measure_ms,
+                  reps: int = PROBE_REPS) -> dict[str, float]:
+    """ms of one ``model.forward`` of one sequence's ``r`` rows (causal) for each ``r`` in ``rows``
+    after each column count of ``ladder``, with the C++ kernel (``exact``) and with SDPA (``sdpa``)
+    taking turns within each of ``reps`` rounds after a warm-up round; each keeps its fastest. Keys
+    ``"rows/cols/kernel"``. ``model.exact_lib`` must be set; ``model.exact_limits`` is restored
+    afterwards. Uses a one-slot KV cache of its own (``max(ladder) + max(rows)`` positions: 2 x layers x
+    positions x kv_heads x head_dim x dtype bytes, 0.12 GB for Qwen2.5-1.5B in bf16), freed on return."""
+    ladder = tuple(c for c in ladder if c + max(rows) <= model.spec.max_positions)
+    if not ladder:
+        return {}
+    cache = model.new_cache(1, max(ladder) + max(rows))
+    slot = cache.allocate()
+    cache.k.normal_()
+    cache.v.normal_()
+    saved = model.exact_limits
+    out: dict[str, float] = {}
+    try:
+        for r in rows:
+            for cols in ladder:
+                run = _pass(model, cache, slot, cols, r)
+                best = {"exact": float("inf"), "sdpa": float("inf")}
+                for rep in range(reps + 1):
+                    for arm in best:
+                        model.exact_limits = None if arm == "exact" else ()
+                        ms = timer((arm, r, str(cols)), run)
+                        best[arm] = best[arm] if rep == 0 else min(best[arm], ms)
+                out.update({f"{r}/{cols}/{arm}": round(ms, 3) for arm, ms in best.items()})
+    finally:
+        model.exact_limits = saved
+    return out
+
+
+def _pass(model, cache, slot: int, cols: int, rows: int):
+    """A closure running one forward of ``rows`` causal rows after ``cols`` (random) KV columns."""
+    tokens = torch.randint(0, model.spec.vocab_size, (1, rows), device=model.device)
+    positions = torch.arange(cols, cols + rows, device=model.device).unsqueeze(0)  # [1, rows]
+    mask = torch.ones(1, 1, rows, cols + rows, dtype=torch.bool)
+    mask[0, 0, :, cols:] = torch.tril(torch.ones(rows, rows, dtype=torch.bool))  # [1, 1, rows, cols + rows]
+    mask = mask.to(model.device)
+
+    def run():
+        cache.lengths[slot] = cols
+        model.forward(tokens, positions, cache, [slot], mask)
+    return run
+
+
+def plan_key(model, rows: tuple[int, ...], ladder: tuple[int, ...]) -> str:
+    """Cache key: CPU model, torch version, threads, the model's shapes and dtype, its weight types and
+    kernel plan (they decide the layer loop), the native library's file, ``rows`` and ``ladder``."""
+    s, lib, plan = model.spec, model.exact_lib, model.kernel_plan
+    ident = {"v": ATTENTION_VERSION, "cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+             "shape": [s.num_layers, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim, str(model.dtype)],
+             "weights": sorted({type(w).__name__ for w in model.w.values()}),
+             "kernels": None if plan is None else {f: [list(x) for x in st] for f, st in plan.ladders.items()},
+             "native": getattr(getattr(lib, "path", None), "name", None), "rows": list(rows), "ladder": list(ladder)}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[int, ...] = COLUMN_LADDER,
+            timer: Timer = measure_ms) -> AttentionPlan:
+    """The cached plan for this host and model, else a fresh probe (cached unless the host was busy).
+    ``rows``: the row counts to time, ascending; a pass longer than the last keeps SDPA."""
+    path = None if cache_dir is None else cache_dir / f"attention-{plan_key(model, rows, ladder)}.json"
+    if path is not None and path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+            limits = tuple((int(r), None if c is None else int(c)) for r, c in raw["limits"])
+            return AttentionPlan(limits, {k: float(v) for k, v in raw["timings"].items()}, "cache", float(raw["probe_s"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable or stale: measure again and overwrite
+    start, cpu_start = time.perf_counter(), time.process_time()
+    timings = probe_timings(model, rows, ladder, timer)
+    wall = time.perf_counter() - start
+    busy = host_was_busy(time.process_time() - cpu_start, wall)
+    used = tuple(c for c in ladder if f"{rows[0]}/{c}/exact" in timings)
+    if not used:  # the model's positions are shorter than every column count: limits as built
+        return AttentionPlan(model.exact_limits, {}, "default", round(wall, 3))
+    limits = tuple((r, choose_max_cols(timings, r, used)) for r in rows)
+    plan = AttentionPlan(limits, timings, "probe-busy" if busy else "probe", round(wall, 3))
+    if path is not None and not busy:
+        write_json_atomic(path, asdict(plan))
+    return plan
+
+
+def install(model, rows: tuple[int, ...], enabled: bool, cache_dir: Path | None,
+            timer: Timer = measure_ms) -> AttentionPlan | None:
+    """Measure (or read) and set ``model.exact_limits`` and ``model.attention_plan`` where the model
+    attends by the C++ kernel within limits (``exact_lib`` set, ``exact_limits`` not None), ``rows`` is
+    not empty and ``enabled`` (config ``kernel_probe``); logs the choice. Otherwise the model's limits
+    stay as built and None is returned."""
+    if not (rows and enabled and model.exact_lib is not None and model.exact_limits is not None):
+        return None
+    plan = measure(model, rows, cache_dir, timer=timer)
+    model.exact_limits, model.attention_plan = plan.limits, plan
+    structlog.get_logger("kernels").info("attention chosen", source=plan.source, probe_s=plan.probe_s,
+                                         exact_limits=[list(x) for x in plan.limits], timings_ms=plan.timings)
+    return plan
+
+
+__all__ = ["AttentionPlan", "COLUMN_LADDER", "Limits", "choose_max_cols", "install", "measure", "plan_key",
+           "probe_timings"]

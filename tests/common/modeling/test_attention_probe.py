@@ -1,0 +1,135 @@
+"""The start-up attention probe: timings in, column limits out; routing by those limits; caching."""
+
+import numpy as np
+import pytest
+import torch
+
+import common.modeling.model as model_module
+from common.modeling.attention_probe import (COLUMN_LADDER, AttentionPlan, choose_max_cols, install, measure,
+                                             probe_timings)
+from common.modeling.loader import load_model
+from common.modeling.native import library
+from common.modeling.runner import forward_segments
+
+needs_lib = pytest.mark.skipif(library() is None, reason="no C++ compiler: no exact attention to probe")
+
+
+def _timings(rows: int, exact_wins_up_to: int | None) -> dict[str, float]:
+    """Fake timings: the C++ kernel 1 ms up to ``exact_wins_up_to`` columns (None: always), 3 ms above; SDPA 2 ms."""
+    out = {}
+    for cols in COLUMN_LADDER:
+        fast = exact_wins_up_to is None or cols <= exact_wins_up_to
+        out[f"{rows}/{cols}/exact"], out[f"{rows}/{cols}/sdpa"] = (1.0 if fast else 3.0), 2.0
+    return out
+
+
+def _model():
+    """A bf16 tiny model whose small passes attend by the C++ kernel within a 4-row, 512-column limit."""
+    model = load_model("tiny-random:0", "bfloat16")[0]
+    model.exact_lib, model.exact_limits = library(), ((4, 512),)
+    return model
+
+
+def fake_timer(calls: list, exact_wins_up_to: int):
+    """The C++ kernel 1 ms up to ``exact_wins_up_to`` columns and 3 ms above, SDPA 2 ms; records labels."""
+    def timer(label, fn):
+        calls.append(label)
+        arm, _, cols = label
+        return 2.0 if arm == "sdpa" else (1.0 if int(cols) <= exact_wins_up_to else 3.0)
+    return timer
+
+
+class TestChooseMaxCols:
+    def test_limit_is_the_last_count_before_sdpa_wins(self):
+        """SDPA faster from 2,048 columns: the C++ kernel keeps passes up to 1,024."""
+        assert choose_max_cols(_timings(4, 1024), 4) == 1024
+
+    def test_no_limit_when_the_kernel_always_wins(self):
+        """The C++ kernel faster at every count: no column limit (None)."""
+        assert choose_max_cols(_timings(1, None), 1) is None
+
+    def test_zero_when_sdpa_wins_at_the_first_count(self):
+        """SDPA faster already at the first count: the kernel gets no pass of that many rows (0)."""
+        assert choose_max_cols(_timings(8, 0), 8) == 0
+
+    def test_a_later_win_does_not_lift_the_limit(self):
+        """A loss at 1,024 columns ends the limit at 512 even if the kernel wins again at 2,048."""
+        t = _timings(4, None)
+        t["4/1024/exact"] = 9.0
+        assert choose_max_cols(t, 4) == 512
+
+
+class TestExactFits:
+    def test_first_row_limit_at_or_above_the_pass_decides(self):
+        """exact_limits ((1, None), (4, 2048)): one row at any context, 2-4 rows up to 2,048 columns, longer passes SDPA."""
+        model = _model()
+        model.exact_limits = ((1, None), (4, 2048))
+        assert model.exact_fits(1, 100_000)
+        assert model.exact_fits(3, 2048) and not model.exact_fits(3, 2049)
+        assert not model.exact_fits(5, 10)
+
+    def test_none_means_every_pass_and_no_library_none(self):
+        """exact_limits None routes every pass to the kernel; without a library no pass goes there."""
+        model = _model()
+        model.exact_limits = None
+        assert model.exact_fits(500, 100_000)
+        model.exact_lib = None
+        assert not model.exact_fits(1, 1)
+
+
+@needs_lib
+class TestProbe:
+    def test_fake_timings_set_the_limits_and_are_cached(self, tmp_path):
+        """With injected timings every probed row count gets the last winning column count; a second start reads the cache and times nothing."""
+        calls = []
+        plan = install(_model(), (1, 4), True, tmp_path, fake_timer(calls, 1024))
+        assert plan.source == "probe" and plan.limits == ((1, 1024), (4, 1024))
+        assert {c[0] for c in calls} == {"exact", "sdpa"} and len(list(tmp_path.glob("attention-*.json"))) == 1
+        again, model = [], _model()
+        cached = install(model, (1, 4), True, tmp_path, fake_timer(again, 4096))
+        assert again == [] and cached.source == "cache" and model.exact_limits == ((1, 1024), (4, 1024))
+
+    def test_busy_host_is_not_cached(self, tmp_path, monkeypatch):
+        """A probe whose threads got too little CPU is used for this run but not written to the cache."""
+        monkeypatch.setattr("common.modeling.attention_probe.host_was_busy", lambda cpu_s, wall_s: True)
+        plan = measure(_model(), (4,), tmp_path, timer=fake_timer([], 512))
+        assert plan.source == "probe-busy" and plan.limits == ((4, 512),)
+        assert list(tmp_path.glob("attention-*.json")) == []
+
+    def test_real_passes_run_and_limits_are_restored(self):
+        """Timing real forwards of the tiny model fills every (rows, columns, kernel) key and leaves the model's limits as they were."""
+        model = _model()
+        timings = probe_timings(model, (1, 4), (64, 128), reps=1)
+        assert set(timings) == {f"{r}/{c}/{k}" for r in (1, 4) for c in (64, 128) for k in ("exact", "sdpa")}
+        assert all(ms > 0 for ms in timings.values()) and model.exact_limits == ((4, 512),)
+
+    def test_probe_off_or_every_pass_exact_keeps_the_model_as_built(self, tmp_path):
+        """kernel_probe false, or a model that attends exactly in every pass (w4a8), is not probed."""
+        model = _model()
+        assert install(model, (1, 4), False, tmp_path, fake_timer([], 0)) is None and model.exact_limits == ((4, 512),)
+        model.exact_limits = None
+        assert install(model, (1, 4), True, tmp_path, fake_timer([], 0)) is None and model.exact_limits is None
+
+    def test_measured_limits_route_the_passes(self, tmp_path, monkeypatch):
+        """After a probe that found the kernel faster only up to 512 columns, a 4-row pass over 100 columns runs the C++ kernel and one over 600 runs SDPA."""
+        model = _model()
+        install(model, (4,), True, tmp_path, fake_timer([], 512))
+        monkeypatch.setattr(model, "native", None)  # count the Python loop's attention calls
+        calls = []
+        real = model_module.ExactAttention
+        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
+        cache = model.new_cache(1, 700)
+        slot = cache.allocate()
+        none = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        tree = np.array([5, 6, 7], np.int64), np.array([-1, 0, 0], np.int32)
+        for length in (100, 600):
+            cache.truncate(slot, 0)
+            cache.lengths[slot] = length  # contents do not matter for the routing
+            forward_segments(model, cache, [slot], [[4]], [tree[0]], [tree[1]])
+        assert len(calls) == 1 and calls[0][1].shape[-1] <= 512
+
+
+def test_plan_fields():
+    """An AttentionPlan built from a probe keeps its limits and timings as given."""
+    plan = AttentionPlan(((1, None),), {"1/512/exact": 1.0})
+    assert plan.limits == ((1, None),) and plan.source == "probe" and plan.timings["1/512/exact"] == 1.0
