@@ -29,6 +29,7 @@ from common.modeling.kernel_probe import (Timer, cpu_model, host_was_busy, measu
 
 COLUMN_LADDER = (512, 1024, 2048, 4096)  # KV columns before a timed pass
 PROBE_REPS = 2  # timed runs per (rows, columns, kernel) after one warm-up; the fastest counts
+PROBE_BUDGET_S = 40.0  # past this the probe gives up (15 s for the bf16 1.5B main on the 2-core AMD host)
 ATTENTION_VERSION = 1  # bump when the probe or its key change: old cache files are ignored
 
 Limits = tuple[tuple[int, "int | None"], ...]  # ((max rows, max KV columns or None: any), ...), DecoderModel.exact_limits
@@ -72,20 +73,22 @@ def choose_max_cols(timings: dict[str, float], rows: int, ladder: tuple[int, ...
         if timings[f"{rows}/{cols}/exact"] > timings[f"{rows}/{cols}/sdpa"]:
             return limit if limit is not None else 0
         limit = cols
-    return None
+    return None  # won at every count: no limit
 
 
 def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN_LADDER, timer: Timer = measure_ms,
-                  reps: int = PROBE_REPS) -> dict[str, float]:
-    """ms of one ``model.forward`` of one sequence's ``r`` rows (causal) for each ``r`` in ``rows``
-    after each column count of ``ladder``, with the C++ kernel (``exact``) and with SDPA (``sdpa``)
-    taking turns within each of ``reps`` rounds after a warm-up round; each keeps its fastest. Keys
-    ``"rows/cols/kernel"``. ``model.exact_lib`` must be set; ``model.exact_limits`` is restored
-    afterwards. Uses a one-slot KV cache of its own (``max(ladder) + max(rows)`` positions: 2 x layers x
-    positions x kv_heads x head_dim x dtype bytes, 0.12 GB for Qwen2.5-1.5B in bf16), freed on return."""
+                  reps: int = PROBE_REPS, budget_s: float = PROBE_BUDGET_S) -> tuple[dict[str, float], bool]:
+    """(timings, complete). Timings: ms of one ``model.forward`` of one sequence's ``r`` rows (causal)
+    for each ``r`` in ``rows`` after each column count of ``ladder`` (ascending), with the C++ kernel
+    (``exact``) and with SDPA (``sdpa``), keys ``"rows/cols/kernel"``; a row count stops at the first
+    count where SDPA wins (the limit is known). ``complete`` is False when ``budget_s`` ran out first.
+    ``model.exact_lib`` must be set; ``model.exact_limits`` is restored afterwards. Uses a one-slot KV
+    cache of its own (``max(ladder) + max(rows)`` positions: 2 x layers x positions x kv_heads x head_dim
+    x dtype bytes, 0.12 GB for Qwen2.5-1.5B in bf16), freed on return."""
     ladder = tuple(c for c in ladder if c + max(rows) <= model.spec.max_positions)
     if not ladder:
-        return {}
+        return {}, True
+    deadline = time.perf_counter() + budget_s
     cache = model.new_cache(1, max(ladder) + max(rows))
     slot = cache.allocate()
     cache.k.normal_()
@@ -95,17 +98,27 @@ def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN
     try:
         for r in rows:
             for cols in ladder:
-                run = _pass(model, cache, slot, cols, r)
-                best = {"exact": float("inf"), "sdpa": float("inf")}
-                for rep in range(reps + 1):
-                    for arm in best:
-                        model.exact_limits = None if arm == "exact" else ()
-                        ms = timer((arm, r, str(cols)), run)
-                        best[arm] = best[arm] if rep == 0 else min(best[arm], ms)
+                if time.perf_counter() > deadline:
+                    return out, False
+                best = _time_both(model, _pass(model, cache, slot, cols, r), (r, str(cols)), timer, reps)
                 out.update({f"{r}/{cols}/{arm}": round(ms, 3) for arm, ms in best.items()})
+                if best["exact"] > best["sdpa"]:
+                    break
     finally:
         model.exact_limits = saved
-    return out
+    return out, True
+
+
+def _time_both(model, run, label: tuple[int, str], timer: Timer, reps: int) -> dict[str, float]:
+    """Fastest ms of ``run`` with the C++ kernel (``exact``) and with SDPA (``sdpa``), taking turns
+    within each of ``reps`` rounds after a warm-up round (a burst of load hits both alike)."""
+    best = {"exact": float("inf"), "sdpa": float("inf")}
+    for rep in range(reps + 1):
+        for arm in best:
+            model.exact_limits = None if arm == "exact" else ()
+            ms = timer((arm, *label), run)
+            best[arm] = best[arm] if rep == 0 else min(best[arm], ms)
+    return best
 
 
 def _pass(model, cache, slot: int, cols: int, rows: int):
@@ -135,9 +148,11 @@ def plan_key(model, rows: tuple[int, ...], ladder: tuple[int, ...]) -> str:
 
 
 def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[int, ...] = COLUMN_LADDER,
-            timer: Timer = measure_ms) -> AttentionPlan:
+            timer: Timer = measure_ms, budget_s: float = PROBE_BUDGET_S) -> AttentionPlan:
     """The cached plan for this host and model, else a fresh probe (cached unless the host was busy).
-    ``rows``: the row counts to time, ascending; a pass longer than the last keeps SDPA."""
+    ``rows``: the row counts to time, ascending; a pass longer than the last keeps SDPA. A probe that
+    ran past ``budget_s`` keeps the model's limits as built for this run (``probe-incomplete``, not
+    cached: the next start measures again)."""
     path = None if cache_dir is None else cache_dir / f"attention-{plan_key(model, rows, ladder)}.json"
     if path is not None and path.is_file():
         try:
@@ -147,12 +162,12 @@ def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale: measure again and overwrite
     start, cpu_start = time.perf_counter(), time.process_time()
-    timings = probe_timings(model, rows, ladder, timer)
+    timings, complete = probe_timings(model, rows, ladder, timer, budget_s=budget_s)
     wall = time.perf_counter() - start
+    if not timings or not complete:  # positions shorter than every count, or out of time: limits as built
+        return AttentionPlan(model.exact_limits, timings, "default" if complete else "probe-incomplete", round(wall, 3))
     busy = host_was_busy(time.process_time() - cpu_start, wall)
-    used = tuple(c for c in ladder if f"{rows[0]}/{c}/exact" in timings)
-    if not used:  # the model's positions are shorter than every column count: limits as built
-        return AttentionPlan(model.exact_limits, {}, "default", round(wall, 3))
+    used = tuple(c for c in ladder if c + max(rows) <= model.spec.max_positions)  # as probe_timings ran them
     limits = tuple((r, choose_max_cols(timings, r, used)) for r in rows)
     plan = AttentionPlan(limits, timings, "probe-busy" if busy else "probe", round(wall, 3))
     if path is not None and not busy:
@@ -163,10 +178,12 @@ def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[
 def install(model, rows: tuple[int, ...], enabled: bool, cache_dir: Path | None,
             timer: Timer = measure_ms) -> AttentionPlan | None:
     """Measure (or read) and set ``model.exact_limits`` and ``model.attention_plan`` where the model
-    attends by the C++ kernel within limits (``exact_lib`` set, ``exact_limits`` not None), ``rows`` is
-    not empty and ``enabled`` (config ``kernel_probe``); logs the choice. Otherwise the model's limits
-    stay as built and None is returned."""
-    if not (rows and enabled and model.exact_lib is not None and model.exact_limits is not None):
+    attends by the C++ kernel within limits (``exact_lib`` set, ``exact_limits`` not None), in bf16 (the
+    CPU serving dtype; fp32, for exactness checks, keeps its limits: a quantized 1.5B main in fp32 took
+    six minutes to probe), ``rows`` is not empty and ``enabled`` (config ``kernel_probe``); logs the
+    choice. Otherwise the model's limits stay as built and None is returned."""
+    if not (rows and enabled and model.exact_lib is not None and model.exact_limits is not None
+            and model.dtype == torch.bfloat16):
         return None
     plan = measure(model, rows, cache_dir, timer=timer)
     model.exact_limits, model.attention_plan = plan.limits, plan

@@ -99,9 +99,29 @@ class TestProbe:
     def test_real_passes_run_and_limits_are_restored(self):
         """Timing real forwards of the tiny model fills every (rows, columns, kernel) key and leaves the model's limits as they were."""
         model = _model()
-        timings = probe_timings(model, (1, 4), (64, 128), reps=1)
-        assert set(timings) == {f"{r}/{c}/{k}" for r in (1, 4) for c in (64, 128) for k in ("exact", "sdpa")}
+        timings, complete = probe_timings(model, (1, 4), (64, 128), reps=1)
+        assert complete and {f"{r}/64/{k}" for r in (1, 4) for k in ("exact", "sdpa")} <= set(timings)
         assert all(ms > 0 for ms in timings.values()) and model.exact_limits == ((4, 512),)
+
+    def test_a_row_count_stops_at_the_first_sdpa_win(self):
+        """Once SDPA wins at some column count, longer contexts are not timed for that row count (the limit is known)."""
+        calls = []
+        timings, complete = probe_timings(_model(), (1, 4), timer=fake_timer(calls, 1024))
+        assert complete and {c[2] for c in calls} == {"512", "1024", "2048"}
+        assert "4/4096/exact" not in timings and "4/2048/sdpa" in timings
+
+    def test_out_of_time_keeps_the_built_limits_uncached(self, tmp_path):
+        """A probe past its time budget leaves the model's limits as built and writes no cache file."""
+        model = _model()
+        plan = measure(model, (1, 4), tmp_path, timer=fake_timer([], 1024), budget_s=0.0)
+        assert plan.source == "probe-incomplete" and plan.limits == ((4, 512),)
+        assert list(tmp_path.glob("attention-*.json")) == []
+
+    def test_fp32_model_is_not_probed(self, tmp_path):
+        """An fp32 model (exactness checks, not the CPU serving dtype) keeps the limits it was built with."""
+        model = load_model("tiny-random:0", "float32")[0]
+        model.exact_lib, model.exact_limits = library(), ((4, 512),)
+        assert install(model, (1, 4), True, tmp_path, fake_timer([], 0)) is None and model.exact_limits == ((4, 512),)
 
     def test_probe_off_or_every_pass_exact_keeps_the_model_as_built(self, tmp_path):
         """kernel_probe false, or a model that attends exactly in every pass (w4a8), is not probed."""
