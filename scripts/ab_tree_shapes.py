@@ -24,11 +24,11 @@ curves measured at start with the main model as built):
     .venv/bin/python scripts/ab_tree_shapes.py humaneval 16 plain,plain:sdpa,auto,auto:sdpa --batch 8 --ignore-eos --json out.json
 
 An arm name ending in ``:fixed`` runs with both models' attention routed by the limits they are built with
-(``build.DRAFT_EXACT_MAX_COLS`` for the draft, ``build.MAIN_EXACT_MAX_ROWS`` at any context for the main)
-instead of the limits ``attention_probe`` measured at start, the A/B of that probe; it shows on long
+(``exact_batch_limits``: ``build.DRAFT_EXACT_MAX_COLS`` for the draft, ``build.MAIN_EXACT_MAX_ROWS`` at any
+context for the main) instead of the limits ``attention_probe`` measured at start, the A/B of that probe; it shows on long
 contexts (``--max-new-tokens 1536 --ignore-eos``):
 
-    .venv/bin/python scripts/ab_tree_shapes.py spec_bench 6 auto,auto:fixed --max-new-tokens 1536 --ignore-eos --json out.json
+    .venv/bin/python scripts/ab_tree_shapes.py spec_bench 4 16x8,16x8:fixed --max-new-tokens 1280 --ignore-eos --json out.json
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import argparse
 import json
 
 from common.config import load_config
-from common.modeling.build import DRAFT_EXACT_MAX_COLS, DRAFT_EXACT_MAX_ROWS, MAIN_EXACT_MAX_ROWS
 from treespec.bench_data import load_prompts
 from treespec.bench_llamacpp import cpu_model
 from treespec.bench_run import run_concurrent, run_one
@@ -81,8 +80,8 @@ def main() -> None:
     suite = Suite(load_config(None, {}), load_prompts(args.dataset, args.limit), args.max_new_tokens, 1)
     engines = [suite._engine(parse_arm(n), slots=args.batch) for n in names]
     exact_lib = suite.main.exact_lib  # the main's attention kernel as built; None for ":sdpa" arms
-    limits = {m: {False: m.exact_limits, True: built} for m, built in  # measured, and as built (":fixed" arms)
-              ((suite.main, ((MAIN_EXACT_MAX_ROWS, None),)), (suite.draft, ((DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS),)))}
+    limits = {m: {False: m.exact_limits, True: m.exact_batch_limits}  # measured, and as built (":fixed" arms)
+              for m in (suite.main, suite.draft) if m.attention_plan is not None}  # (a w4a8 main is not probed)
     for e in engines:  # warm-up: first-call allocations stay out of the timings
         run_one(e, "warm", suite.ids[0], 16, False)
     totals = [{"tokens": 0, "seconds": 0.0, "rounds": 0} for _ in names]

@@ -154,7 +154,7 @@ class _KernelGauges:
     def collect(self) -> Iterator[Metric]:
         names, values = [*self._labels, "format", "rows", "kernel"], list(self._labels.values())
         chosen, timings = self._kernels()
-        info = GaugeMetricFamily(PREFIX + "worker_kernel_info", "Matmul kernel chosen at start (1)", labels=names)
+        info = GaugeMetricFamily(PREFIX + "worker_kernel_info", "Matmul or attention kernel chosen at start (1)", labels=names)
         for fmt, rows, kernel in chosen:
             info.add_metric([*values, fmt, str(rows), kernel], 1)
         probe = GaugeMetricFamily(PREFIX + "worker_kernel_probe_ms", "Start-up probe: ms per model pass",

@@ -3,14 +3,18 @@
 ``build._exact_attention`` routes a CPU model's small passes (draft levels, the main model's
 verify passes) to ``attention.ExactAttention``, which also opens the one-call native layer loop
 (``native_forward.py``). Which of it and SDPA is faster depends on the context length and on the
-CPU: a draft step of 8 levels (4 rows each) after 1,500 tokens took 120 ms with the C++ kernel and
-200 ms with SDPA on the 2-core AMD EPYC Zen 5 host, while on the 2-core Intel Xeon host SDPA won
-past about 1,000 tokens (a 4-row level: 20.8 vs 22.4 ms). A fixed column limit is right on one of
-them only, so the worker times one pass of ``rows`` rows of its own model after each column count
-of ``COLUMN_LADDER`` with both kernels (random KV contents: the cost does not depend on them) and
-keeps the C++ kernel up to the last count before SDPA first wins (``choose_max_cols``). The result
-is cached as JSON next to the matmul kernel plans (``kernel_probe.py``), keyed by CPU model, torch
-version, threads, the model's shapes and the native library, so a restart reads it.
+CPU: a 4-row draft level after 2,048 KV columns took 17.4 ms with the C++ kernel and 18.4 with SDPA
+on the 2-core AMD EPYC Zen 5 host (BENCHMARKS.md), while on the 2-core Intel Xeon host SDPA won past
+about 1,000 tokens (20.8 vs 22.4 ms). A fixed column limit is right on one of them only, so the
+worker times one pass of one sequence's ``rows`` rows of its own model after each column count of
+``COLUMN_LADDER`` with both kernels (random KV contents: the cost does not depend on them) and keeps
+the C++ kernel up to the last count before SDPA first wins (``choose_max_cols``). Those limits are
+``DecoderModel.exact_limits``; a pass of several sequences also keeps the limits the model was built
+with (``exact_batch_limits``): SDPA pads every segment of a batch to the longest one, which a
+one-sequence probe does not see (7 decodes + one 17-row tree after 1,500 tokens: 471 ms with SDPA,
+198 with the C++ kernel). The result is cached as JSON next to the matmul kernel plans
+(``kernel_probe.py``), keyed by CPU model, torch version, threads, the model's shapes, its kernels and
+the native library, so a restart reads it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from common.modeling.kernel_probe import (Timer, cpu_model, host_was_busy, measu
 
 COLUMN_LADDER = (512, 1024, 2048, 4096)  # KV columns before a timed pass
 PROBE_REPS = 2  # timed runs per (rows, columns, kernel) after one warm-up; the fastest counts
-PROBE_BUDGET_S = 40.0  # past this the probe gives up (15 s for the bf16 1.5B main on the 2-core AMD host)
+PROBE_BUDGET_S = 40.0  # past this the probe gives up (10 s for the bf16 1.5B main on the 2-core AMD host)
 ATTENTION_VERSION = 1  # bump when the probe or its key change: old cache files are ignored
 
 Limits = tuple[tuple[int, "int | None"], ...]  # ((max rows, max KV columns or None: any), ...), DecoderModel.exact_limits
@@ -40,7 +44,9 @@ class AttentionPlan:
     """``limits``: ``DecoderModel.exact_limits`` as measured (per row count timed, the C++ kernel up to
     that many KV columns; None: any, 0: never); ``timings``: ``"rows/columns/exact"`` and
     ``"rows/columns/sdpa"`` -> ms of one pass; ``source``: ``probe`` | ``cache`` | ``probe-busy`` (timed
-    while other processes ran: used for this run, not cached)."""
+    while other processes ran: used for this run, not cached) | ``probe-incomplete`` (out of time:
+    limits as built, not cached) | ``default`` (nothing timed: the model's positions are shorter than
+    every column count; limits as built)."""
 
     limits: Limits
     timings: dict[str, float] = field(default_factory=dict)
@@ -70,7 +76,8 @@ def choose_max_cols(timings: dict[str, float], rows: int, ladder: tuple[int, ...
     already at the first."""
     limit: int | None = None
     for cols in ladder:
-        if timings[f"{rows}/{cols}/exact"] > timings[f"{rows}/{cols}/sdpa"]:
+        exact, sdpa = timings.get(f"{rows}/{cols}/exact"), timings.get(f"{rows}/{cols}/sdpa")
+        if exact is None or sdpa is None or exact > sdpa:  # not timed (the probe stopped): as a loss
             return limit if limit is not None else 0
         limit = cols
     return None  # won at every count: no limit
@@ -85,7 +92,7 @@ def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN
     ``model.exact_lib`` must be set; ``model.exact_limits`` is restored afterwards. Uses a one-slot KV
     cache of its own (``max(ladder) + max(rows)`` positions: 2 x layers x positions x kv_heads x head_dim
     x dtype bytes, 0.12 GB for Qwen2.5-1.5B in bf16), freed on return."""
-    ladder = tuple(c for c in ladder if c + max(rows) <= model.spec.max_positions)
+    ladder = usable_ladder(model, rows, ladder)
     if not ladder:
         return {}, True
     deadline = time.perf_counter() + budget_s
@@ -101,7 +108,8 @@ def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN
                 if time.perf_counter() > deadline:
                     return out, False
                 best = _time_both(model, _pass(model, cache, slot, cols, r), (r, str(cols)), timer, reps)
-                out.update({f"{r}/{cols}/{arm}": round(ms, 3) for arm, ms in best.items()})
+                best = {arm: round(ms, 3) for arm, ms in best.items()}  # compared as stored (choose_max_cols)
+                out.update({f"{r}/{cols}/{arm}": ms for arm, ms in best.items()})
                 if best["exact"] > best["sdpa"]:
                     break
     finally:
@@ -135,24 +143,39 @@ def _pass(model, cache, slot: int, cols: int, rows: int):
     return run
 
 
+def usable_ladder(model, rows: tuple[int, ...], ladder: tuple[int, ...]) -> tuple[int, ...]:
+    """The column counts of ``ladder`` a pass of ``max(rows)`` rows fits after (the model's positions).
+    Raises ValueError for empty or unsorted ``rows`` or ``ladder``."""
+    for name, seq in (("rows", rows), ("ladder", ladder)):
+        if not seq or list(seq) != sorted(set(seq)) or seq[0] < 1:
+            raise ValueError(f"attention probe {name} must be ascending positive counts, got {seq!r}")
+    return tuple(c for c in ladder if c + max(rows) <= model.spec.max_positions)
+
+
 def plan_key(model, rows: tuple[int, ...], ladder: tuple[int, ...]) -> str:
     """Cache key: CPU model, torch version, threads, the model's shapes and dtype, its weight types and
-    kernel plan (they decide the layer loop), the native library's file, ``rows`` and ``ladder``."""
+    kernel plan, whether its native layer loop runs (they decide the pass), the native library's file and
+    AMX row counts, ``rows`` and the usable ``ladder``."""
     s, lib, plan = model.spec, model.exact_lib, model.kernel_plan
+    native = [getattr(getattr(lib, "path", None), "name", None), getattr(lib, "w4a8_amx_rows", None),
+              getattr(lib, "bf16_amx_rows", None), model.native is not None]
     ident = {"v": ATTENTION_VERSION, "cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-             "shape": [s.num_layers, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim, str(model.dtype)],
+             "shape": [s.num_layers, s.hidden_size, s.intermediate_size, s.num_heads, s.num_kv_heads, s.head_dim,
+                       str(model.dtype)],
              "weights": sorted({type(w).__name__ for w in model.w.values()}),
              "kernels": None if plan is None else {f: [list(x) for x in st] for f, st in plan.ladders.items()},
-             "native": getattr(getattr(lib, "path", None), "name", None), "rows": list(rows), "ladder": list(ladder)}
+             "native": native, "rows": list(rows), "ladder": list(usable_ladder(model, rows, ladder))}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[int, ...] = COLUMN_LADDER,
             timer: Timer = measure_ms, budget_s: float = PROBE_BUDGET_S) -> AttentionPlan:
-    """The cached plan for this host and model, else a fresh probe (cached unless the host was busy).
-    ``rows``: the row counts to time, ascending; a pass longer than the last keeps SDPA. A probe that
-    ran past ``budget_s`` keeps the model's limits as built for this run (``probe-incomplete``, not
-    cached: the next start measures again)."""
+    """The cached plan for this host and model, else a fresh probe (cached unless the host was busy, or
+    the model's kernel plan was not a settled one: a busy or incomplete kernel probe is redone at the
+    next start, under another key). ``rows``: the row counts to time, ascending; a pass longer than the
+    last keeps SDPA. A probe that ran past ``budget_s`` keeps the model's limits as built for this run
+    (``probe-incomplete``, not cached: the next start measures again); unlike the kernel probe it keeps
+    none of the row counts it finished. Raises ValueError for bad ``rows`` / ``ladder``."""
     path = None if cache_dir is None else cache_dir / f"attention-{plan_key(model, rows, ladder)}.json"
     if path is not None and path.is_file():
         try:
@@ -167,10 +190,11 @@ def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[
     if not timings or not complete:  # positions shorter than every count, or out of time: limits as built
         return AttentionPlan(model.exact_limits, timings, "default" if complete else "probe-incomplete", round(wall, 3))
     busy = host_was_busy(time.process_time() - cpu_start, wall)
-    used = tuple(c for c in ladder if c + max(rows) <= model.spec.max_positions)  # as probe_timings ran them
+    used = usable_ladder(model, rows, ladder)  # as probe_timings ran them
     limits = tuple((r, choose_max_cols(timings, r, used)) for r in rows)
     plan = AttentionPlan(limits, timings, "probe-busy" if busy else "probe", round(wall, 3))
-    if path is not None and not busy:
+    settled = model.kernel_plan is None or model.kernel_plan.source in ("probe", "cache", "default")
+    if path is not None and not busy and settled:
         write_json_atomic(path, asdict(plan))
     return plan
 
@@ -193,4 +217,4 @@ def install(model, rows: tuple[int, ...], enabled: bool, cache_dir: Path | None,
 
 
 __all__ = ["AttentionPlan", "COLUMN_LADDER", "Limits", "choose_max_cols", "install", "measure", "plan_key",
-           "probe_timings"]
+           "probe_timings", "usable_ladder"]

@@ -43,7 +43,7 @@ def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
 
 
 DRAFT_EXACT_MAX_ROWS = 8  # draft passes up to this many rows (levels, catch-ups) use ExactAttention ...
-DRAFT_EXACT_MAX_COLS = 512  # ... over up to this many KV columns (committed prefix + the pass), until measured:
+DRAFT_EXACT_MAX_COLS = 512  # ... after up to this many KV columns (the committed prefix), until measured:
 DRAFT_PROBE_ROWS = (1, 4, DRAFT_EXACT_MAX_ROWS)  # the row counts attention_probe times (append, level, the limit)
 
 
@@ -56,20 +56,21 @@ def _small_pass_attention(model: DecoderModel) -> None:
     and 23.2, after 200 tokens 18.0 and 18.4 (same host). The draft need not be row-independent; this is
     speed only. No library (no g++): SDPA everywhere. These limits hold until the worker measures its
     own at start (``with_kernels``: ``attention_probe``); on the 2-core AMD EPYC Zen 5 host the C++ kernel
-    won at 4 rows up to 2,048 columns (16.7 vs 18.3 ms) and at 1 row up to 4,096 (16.4 vs 21.1)."""
+    won at 4 rows up to 2,048 columns (17.4 vs 18.4 ms) and at 1 row at 4,096 still (16.1 vs 21.6)."""
     _exact_attention(model, ((DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS),))
 
 
 def _exact_attention(model: DecoderModel, limits: tuple[tuple[int, int | None], ...]) -> None:
     """Route ``model``'s passes within ``limits`` (``DecoderModel.exact_limits``: ((max rows, max KV
-    columns or None), ...)) to ``attention.ExactAttention`` where it runs: on the CPU, in bf16 or fp32
-    (its dtypes), with the native library built. Otherwise nothing changes (SDPA)."""
+    columns before the pass or None), ...); also ``exact_batch_limits``, which the start-up probe leaves
+    as built) to ``attention.ExactAttention`` where it runs: on the CPU, in bf16 or fp32 (its dtypes),
+    with the native library built. Otherwise nothing changes (SDPA)."""
     from common.modeling.native import library
     if str(model.device) != "cpu" or model.dtype not in (torch.bfloat16, torch.float32):
         return
     lib = library()
     if lib is not None:
-        model.exact_lib, model.exact_limits = lib, limits
+        model.exact_lib, model.exact_limits, model.exact_batch_limits = lib, limits, limits
 
 
 def _draft_head(model: DecoderModel) -> None:
@@ -156,7 +157,8 @@ def _verify_pass_attention(model: DecoderModel) -> None:
     main builds its shards without this (``services/verifier/tensor_parallel.py``); no library (no g++)
     or not on the CPU: SDPA everywhere. The worker then measures at start up to how many KV columns the
     kernel wins at 1, 16 and 32 rows (``with_kernels``: ``attention_probe``); on that host SDPA won at 32
-    rows from 2,048 columns on (226 vs 237 ms)."""
+    rows from 2,048 columns on (257.4 ms against the kernel's 285.1). Passes of several sequences keep
+    these built limits too (``exact_batch_limits``): the probe times one sequence, and SDPA pads a batch."""
     _exact_attention(model, ((MAIN_EXACT_MAX_ROWS, None),))
 
 

@@ -195,7 +195,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        structlog.get_logger("kernels").warning("kernel plan not cached", path=str(path), error=str(exc))
+        structlog.get_logger("kernels").warning("probe result not cached", path=str(path), error=str(exc))
 
 
 def install(model, enabled: bool, cache: Path | None, timer: Timer = measure_ms) -> KernelPlan:

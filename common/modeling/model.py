@@ -107,6 +107,17 @@ class Ragged:
         return list(torch.split(t[0], list(self.lengths)))
 
 
+def _within(limits: tuple[tuple[int, int | None], ...] | None, rows: int, cols: int) -> bool:
+    """True when ``limits`` is None (every pass) or its first entry with max rows >= ``rows`` allows ``cols``
+    (max columns None: any); a pass longer than every entry is outside."""
+    if limits is None:
+        return True
+    for max_rows, max_cols in limits:
+        if rows <= max_rows:
+            return max_cols is None or cols <= max_cols
+    return False
+
+
 class DecoderModel:
     """Qwen2/Llama decoder over a :class:`KVCache`.
 
@@ -127,10 +138,12 @@ class DecoderModel:
         self._cos, self._sin = rope_tables(spec, spec.max_positions, dtype, device)
         self.kernel_plan = None  # kernel_probe.KernelPlan once kernel_probe.install ran
         self.exact_lib = None  # a native library: attention by ExactAttention (a W4A8 main: row-independent passes)
-        # ... in which passes: ((max rows, max KV columns or None for any), ...) by ascending rows, the
-        # first entry with max rows >= the pass's longest segment decides, past them all SDPA (exact_fits);
-        # None: every pass
+        # ... in which passes: ((max rows, max KV columns before the pass or None for any), ...) by ascending
+        # rows; the first entry with max rows >= the pass's longest segment decides, past them all SDPA; None:
+        # every pass (exact_fits). exact_limits is measured on one sequence (attention_probe); a pass of several
+        # sequences may also take the kernel within exact_batch_limits (as built: SDPA pads a batch)
         self.exact_limits: tuple[tuple[int, int | None], ...] | None = None
+        self.exact_batch_limits: tuple[tuple[int, int | None], ...] | None = ()  # (): nothing beyond exact_limits
         self.attention_plan = None  # attention_probe.AttentionPlan once measured at start
         self.ops = fused_ops.for_model(dtype, device)  # element-wise ops: C++ for bf16 on CPU
         self.native = NativeForward.for_model(self)  # the whole layer loop in C++ where a pass allows it
@@ -167,7 +180,7 @@ class DecoderModel:
         x = self.w["embed"][tokens]  # [B, T, H] or [1, N, H] (a copy: the layers add into it in place)
         cos, sin = self._cos[positions], self._sin[positions]  # [B, T, D] or [1, N, D]
         starts = [cache.lengths[s] for s in slots]
-        exact = self.exact_fits(T, mask.shape[-1])
+        exact = self.exact_fits(T, mask.shape[-1] - T, B)
         if exact and self.native is not None:  # one C++ call for every layer (None: a kernel it cannot run)
             out = self.native.run(x.reshape(-1, x.shape[-1]), cos.reshape(-1, cos.shape[-1]),
                                   sin.reshape(-1, sin.shape[-1]), cache, slots, starts, mask, lengths or [T] * B,
@@ -182,18 +195,13 @@ class DecoderModel:
         out = self.ops.add_rms_norm(x, delta, self.w["norm"], self.spec.rms_eps)[1]
         return out if rag is None else rag.unpack(out)
 
-    def exact_fits(self, rows: int, cols: int) -> bool:
-        """Whether a pass whose longest segment has ``rows`` rows over ``cols`` KV columns attends by
-        ``ExactAttention``: a library is set, and ``exact_limits`` is None (every pass) or its first entry
-        with max rows >= ``rows`` allows ``cols`` (max columns None: any)."""
+    def exact_fits(self, rows: int, cols: int, batch: int = 1) -> bool:
+        """Whether a pass of ``batch`` sequences whose longest segment has ``rows`` rows after ``cols`` KV
+        columns (the longest prefix) attends by ``ExactAttention``: a library is set, and ``exact_limits``
+        allows it, or, with several sequences, ``exact_batch_limits`` does (``_within``)."""
         if self.exact_lib is None:
             return False
-        if self.exact_limits is None:
-            return True
-        for max_rows, max_cols in self.exact_limits:
-            if rows <= max_rows:
-                return max_cols is None or cols <= max_cols
-        return False
+        return _within(self.exact_limits, rows, cols) or (batch > 1 and _within(self.exact_batch_limits, rows, cols))
 
     def _block(self, i: int, x, delta, cos, sin, cache: KVCache, slots, starts, mask, rag: Ragged | None, attend):
         """One pre-norm transformer block on the residual stream ``x + delta`` (``[B, T, H]``,

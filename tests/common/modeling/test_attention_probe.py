@@ -2,9 +2,7 @@
 
 import numpy as np
 import pytest
-import torch
 
-import common.modeling.model as model_module
 from common.modeling.attention_probe import (COLUMN_LADDER, AttentionPlan, choose_max_cols, install, measure,
                                              probe_timings)
 from common.modeling.loader import load_model
@@ -59,22 +57,33 @@ class TestChooseMaxCols:
         assert choose_max_cols(t, 4) == 512
 
 
+def _routed(limits, batch_limits=()):
+    """A tiny model with a stand-in library (routing only looks at whether one is set) and these limits."""
+    model = load_model("tiny-random:0", "bfloat16")[0]
+    model.exact_lib, model.exact_limits, model.exact_batch_limits = object(), limits, batch_limits
+    return model
+
+
 class TestExactFits:
     def test_first_row_limit_at_or_above_the_pass_decides(self):
         """exact_limits ((1, None), (4, 2048)): one row at any context, 2-4 rows up to 2,048 columns, longer passes SDPA."""
-        model = _model()
-        model.exact_limits = ((1, None), (4, 2048))
+        model = _routed(((1, None), (4, 2048)))
         assert model.exact_fits(1, 100_000)
         assert model.exact_fits(3, 2048) and not model.exact_fits(3, 2049)
         assert not model.exact_fits(5, 10)
 
     def test_none_means_every_pass_and_no_library_none(self):
         """exact_limits None routes every pass to the kernel; without a library no pass goes there."""
-        model = _model()
-        model.exact_limits = None
+        model = _routed(None)
         assert model.exact_fits(500, 100_000)
         model.exact_lib = None
         assert not model.exact_fits(1, 1)
+
+    def test_batches_also_keep_the_built_limits(self):
+        """A pass of several sequences takes the kernel within exact_batch_limits even past the measured one-sequence limit; one sequence does not."""
+        model = _routed(((4, 512),), ((8, None),))
+        assert not model.exact_fits(4, 600) and model.exact_fits(4, 600, batch=2)
+        assert not model.exact_fits(9, 10, batch=2)
 
 
 @needs_lib
@@ -92,8 +101,8 @@ class TestProbe:
     def test_busy_host_is_not_cached(self, tmp_path, monkeypatch):
         """A probe whose threads got too little CPU is used for this run but not written to the cache."""
         monkeypatch.setattr("common.modeling.attention_probe.host_was_busy", lambda cpu_s, wall_s: True)
-        plan = measure(_model(), (4,), tmp_path, timer=fake_timer([], 512))
-        assert plan.source == "probe-busy" and plan.limits == ((4, 512),)
+        plan = measure(_model(), (4,), tmp_path, timer=fake_timer([], 1024))
+        assert plan.source == "probe-busy" and plan.limits == ((4, 1024),)
         assert list(tmp_path.glob("attention-*.json")) == []
 
     def test_real_passes_run_and_limits_are_restored(self):
@@ -130,26 +139,42 @@ class TestProbe:
         model.exact_limits = None
         assert install(model, (1, 4), True, tmp_path, fake_timer([], 0)) is None and model.exact_limits is None
 
-    def test_measured_limits_route_the_passes(self, tmp_path, monkeypatch):
-        """After a probe that found the kernel faster only up to 512 columns, a 4-row pass over 100 columns runs the C++ kernel and one over 600 runs SDPA."""
+    def test_measured_limits_route_the_passes(self, tmp_path, monkeypatch, exact_calls):
+        """After a probe that found the kernel faster up to 1,024 columns (the model was built with 512), a 4-row pass after 600 columns runs the C++ kernel and one after 1,100 runs SDPA."""
         model = _model()
-        install(model, (4,), True, tmp_path, fake_timer([], 512))
+        install(model, (4,), True, tmp_path, fake_timer([], 1024))
         monkeypatch.setattr(model, "native", None)  # count the Python loop's attention calls
-        calls = []
-        real = model_module.ExactAttention
-        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
-        cache = model.new_cache(1, 700)
+        cache = model.new_cache(1, 1200)
         slot = cache.allocate()
-        none = np.zeros(0, np.int64), np.zeros(0, np.int32)
         tree = np.array([5, 6, 7], np.int64), np.array([-1, 0, 0], np.int32)
-        for length in (100, 600):
-            cache.truncate(slot, 0)
+        for length in (600, 1100):
             cache.lengths[slot] = length  # contents do not matter for the routing
             forward_segments(model, cache, [slot], [[4]], [tree[0]], [tree[1]])
-        assert len(calls) == 1 and calls[0][1].shape[-1] <= 512
+        assert len(exact_calls) == 1 and exact_calls[0][1].shape[-1] == 604
+
+    def test_near_ties_are_judged_as_stored(self):
+        """Timings that differ by less than the stored rounding count as a tie (a kernel win) both when the probe stops and when the limit is chosen, so no count is skipped."""
+        def timer(label, fn):
+            arm, _, cols = label
+            return 2.0002 if arm == "exact" and int(cols) >= 1024 else 2.0
+        plan = measure(_model(), (4,), None, timer=timer)
+        assert plan.limits == ((4, None),) and "4/4096/exact" in plan.timings
+
+    def test_model_shorter_than_every_count_keeps_its_limits(self):
+        """A model whose positions end before the first column count is not timed and keeps its limits (source default)."""
+        plan = measure(_model(), (4,), None, ladder=(100_000,), timer=fake_timer([], 0))
+        assert plan.source == "default" and plan.limits == ((4, 512),) and plan.timings == {}
+
+    def test_bad_rows_are_refused(self):
+        """Row counts that are empty or not ascending raise ValueError naming them."""
+        with pytest.raises(ValueError, match="rows"):
+            measure(_model(), (4, 1), None, timer=fake_timer([], 0))
 
 
-def test_plan_fields():
-    """An AttentionPlan built from a probe keeps its limits and timings as given."""
-    plan = AttentionPlan(((1, None),), {"1/512/exact": 1.0})
-    assert plan.limits == ((1, None),) and plan.source == "probe" and plan.timings["1/512/exact"] == 1.0
+class TestPlanMetrics:
+    def test_choices_and_timings_for_metrics(self):
+        """A plan reports each row limit as exact (any context), exact_up_to_N_columns or sdpa (0), and its timings as attention/rows/kernel@columns."""
+        plan = AttentionPlan(((1, None), (4, 2048), (8, 0)), {"8/512/exact": 3.0, "8/512/sdpa": 2.0})
+        assert plan.choices() == [("attention", 1, "exact"), ("attention", 4, "exact_up_to_2048_columns"),
+                                  ("attention", 8, "sdpa")]
+        assert plan.metric_timings() == {"attention/8/exact@512": 3.0, "attention/8/sdpa@512": 2.0}

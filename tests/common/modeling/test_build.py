@@ -6,7 +6,7 @@ import torch
 
 from common import wire
 from common.config import Config
-from common.modeling.build import MAIN_EXACT_MAX_ROWS, MAIN_PROBE_ROWS, main_model
+from common.modeling.build import MAIN_EXACT_MAX_ROWS, main_model
 from common.modeling.native import PackedWeight, cpu_has, library
 from common.modeling.quant import Int4Weight, Int8Weight
 from services.draft.runner import DraftRunner
@@ -54,9 +54,8 @@ class TestQuantizedMain:
         else:
             assert isinstance(model.head_weight, Int8Weight)
             assert (model.exact_lib is None) == (library() is None)
-            plan = model.attention_plan  # measured at start (kernel_probe on), else the limits as built
-            assert model.exact_lib is None or model.exact_limits == (((MAIN_EXACT_MAX_ROWS, None),) if plan is None else plan.limits)
-            assert plan is None or [r for r, _ in plan.limits] == list(MAIN_PROBE_ROWS)
+            assert model.attention_plan is None  # fp32: not probed (bf16 is the CPU serving dtype)
+            assert model.exact_lib is None or model.exact_limits == ((MAIN_EXACT_MAX_ROWS, None),)
 
     def test_served_model_differs_from_unquantized(self, quantized, tiny_main):
         """The quantized model's logits differ from the fp32 model's, within the scheme's error."""
@@ -140,10 +139,9 @@ class TestRealQuantizedMain:
 
 
 class TestDraftAttention:
-    def test_small_draft_passes_use_exact_attention(self, monkeypatch):
+    def test_small_draft_passes_use_exact_attention(self, exact_calls):
         """A quantized bf16 CPU draft runs ExactAttention in passes of up to DRAFT_EXACT_MAX_ROWS rows and SDPA in a longer prefill, with outputs close to SDPA's."""
         import numpy as np
-        import common.modeling.model as model_module
         from common.modeling.build import DRAFT_EXACT_MAX_COLS, DRAFT_EXACT_MAX_ROWS, draft_model
         from common.modeling.runner import forward_segments
         if library() is None:
@@ -151,9 +149,7 @@ class TestDraftAttention:
         cfg = Config(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
         draft, _ = draft_model(cfg)
         assert draft.exact_lib is not None and draft.exact_limits == ((DRAFT_EXACT_MAX_ROWS, DRAFT_EXACT_MAX_COLS),)
-        calls = []
-        real = model_module.ExactAttention
-        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
+        calls = exact_calls
         cache = draft.new_cache(1, 64)
         slot = cache.allocate()
         none = np.zeros(0, np.int64), np.zeros(0, np.int32)
@@ -167,19 +163,16 @@ class TestDraftAttention:
         sdpa = forward_segments(draft, cache, [slot], [[4]], [tree[0]], [tree[1]])[0]
         assert torch.allclose(exact.float(), sdpa.float(), atol=5e-2, rtol=5e-2)
 
-    def test_draft_passes_over_long_contexts_use_sdpa(self, monkeypatch):
+    def test_draft_passes_over_long_contexts_use_sdpa(self, exact_calls):
         """A draft level over more than DRAFT_EXACT_MAX_COLS KV columns runs SDPA; one over fewer, the C++ kernel."""
         import numpy as np
-        import common.modeling.model as model_module
         from common.modeling.build import DRAFT_EXACT_MAX_COLS, draft_model
         from common.modeling.runner import forward_segments
         if library() is None:
             pytest.skip("no C++ compiler: the draft keeps SDPA")
         cfg = Config(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
         draft, _ = draft_model(cfg)
-        calls = []
-        real = model_module.ExactAttention
-        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
+        calls = exact_calls
         cache = draft.new_cache(1, DRAFT_EXACT_MAX_COLS + 64)
         slot = cache.allocate()
         none = np.zeros(0, np.int64), np.zeros(0, np.int32)
@@ -193,20 +186,17 @@ class TestDraftAttention:
 
 
 class TestMainAttention:
-    def test_verify_passes_use_exact_attention_and_prefills_sdpa(self, monkeypatch):
+    def test_verify_passes_use_exact_attention_and_prefills_sdpa(self, monkeypatch, exact_calls):
         """A bf16 CPU main runs ExactAttention in an uneven batch of verify segments (one 9-row tree among 1-row
         decodes) with outputs close to SDPA's, and SDPA in a prefill longer than MAIN_EXACT_MAX_ROWS."""
         import numpy as np
-        import common.modeling.model as model_module
         from common.modeling.runner import forward_segments
         if library() is None:
             pytest.skip("no C++ compiler: the main model keeps SDPA")
         main, _ = main_model(Config(main_model_path="tiny-random:0", dtype="bfloat16", kernel_probe=False))
         assert main.exact_lib is not None and main.exact_limits == ((MAIN_EXACT_MAX_ROWS, None),)
         monkeypatch.setattr(main, "native", None)  # count the Python loop's attention calls
-        calls = []
-        real = model_module.ExactAttention
-        monkeypatch.setattr(model_module, "ExactAttention", lambda *a: calls.append(a) or real(*a))
+        calls = exact_calls
         cache = main.new_cache(3, MAIN_EXACT_MAX_ROWS + 32)
         slots = [cache.allocate() for _ in range(3)]
         none = np.zeros(0, np.int64), np.zeros(0, np.int32)

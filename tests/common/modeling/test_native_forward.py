@@ -128,5 +128,5 @@ class TestFallbacks:
         fp32 = main_model(Config(main_model_path="tiny-random:0", dtype="float32"))[0]
         assert fp32.native is None
         monkeypatch.setenv("TREESPEC_NATIVE_FORWARD", "0")
-        off = draft_model(Config(draft_model_path="tiny-random:3", dtype="bfloat16"))[0]
+        off = draft_model(Config(draft_model_path="tiny-random:3", dtype="bfloat16", kernel_probe=False))[0]
         assert off.native is None
