@@ -28,7 +28,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from common.modeling.kernel_probe import (Timer, cpu_model, host_was_busy, measure_ms,
+from common.modeling.kernel_probe import (Timer, cpu_model, fastest_of, host_was_busy, measure_ms,
                                           write_json_atomic)
 
 COLUMN_LADDER = (512, 1024, 2048, 4096)  # KV columns before a timed pass
@@ -119,14 +119,14 @@ def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN
 
 def _time_both(model, run, label: tuple[int, str], timer: Timer, reps: int) -> dict[str, float]:
     """Fastest ms of ``run`` with the C++ kernel (``exact``) and with SDPA (``sdpa``), taking turns
-    within each of ``reps`` rounds after a warm-up round (a burst of load hits both alike)."""
-    best = {"exact": float("inf"), "sdpa": float("inf")}
-    for rep in range(reps + 1):
-        for arm in best:
-            model.exact_limits = None if arm == "exact" else ()
-            ms = timer((arm, *label), run)
-            best[arm] = best[arm] if rep == 0 else min(best[arm], ms)
-    return best
+    (``kernel_probe.fastest_of``)."""
+    def routed(limits):
+        def go():
+            model.exact_limits = limits
+            return run()
+        return go
+    return fastest_of({"exact": (("exact", *label), routed(None)), "sdpa": (("sdpa", *label), routed(()))},
+                      timer, reps)
 
 
 def _pass(model, cache, slot: int, cols: int, rows: int):

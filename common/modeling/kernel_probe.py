@@ -113,8 +113,7 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
     format times ``num_layers``; the head (format ``HEAD``) once. Inputs are random
     ``[rows, K]`` bf16 (only bf16 and int4 weights have more than one kernel).
 
-    Kernels take turns within each of ``reps`` rounds (after one warm-up round), so a burst
-    of load from other processes hits all of them alike; each keeps its fastest round."""
+    Kernels take turns, each keeps its fastest round (``fastest_of``)."""
     deadline = time.perf_counter() + budget_s
     out: Timings = {}
     for fmt, ws in _probe_weights(weights, head).items():
@@ -128,13 +127,21 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
             xs = [torch.randn(rows, weight_shape(w)[1], dtype=torch.bfloat16) for w in ws]  # bf16 activations
             runs = {k: (lambda fn=KERNELS[k], ops=ops: [fn(x, o, None) for x, o in zip(xs, ops)])
                     for k, ops in forms.items()}
-            best = {k: float("inf") for k in runs}
-            for rep in range(reps + 1):
-                for kernel, run in runs.items():
-                    ms = timer((fmt, rows, kernel), run)
-                    best[kernel] = best[kernel] if rep == 0 else min(best[kernel], ms)
+            best = fastest_of({k: ((fmt, rows, k), run) for k, run in runs.items()}, timer, reps)
             out.update({(fmt, rows, k): scale * ms for k, ms in best.items()})
     return out
+
+
+def fastest_of(runs: dict[str, tuple[tuple, Callable[[], object]]], timer: Timer, reps: int) -> dict[str, float]:
+    """name -> fastest ms of its run, for ``runs`` name -> (timer label, run): the runs take turns within
+    each of ``reps`` rounds after one warm-up round, so a burst of load from other processes hits all of
+    them alike."""
+    best = {name: float("inf") for name in runs}
+    for rep in range(reps + 1):
+        for name, (label, run) in runs.items():
+            ms = timer(label, run)
+            best[name] = best[name] if rep == 0 else min(best[name], ms)
+    return best
 
 
 def host_was_busy(cpu_s: float, wall_s: float) -> bool:
