@@ -26,7 +26,7 @@ curves measured at start with the main model as built):
 An arm name ending in ``:fixed`` runs with both models' attention routed by the limits they are built with
 (``exact_batch_limits``: ``build.DRAFT_EXACT_MAX_COLS`` for the draft, ``build.MAIN_EXACT_MAX_ROWS`` at any
 context for the main) instead of the limits ``attention_probe`` measured at start, the A/B of that probe; it shows on long
-contexts (``--max-new-tokens 1536 --ignore-eos``):
+contexts (``--max-new-tokens 1280 --ignore-eos``):
 
     .venv/bin/python scripts/ab_tree_shapes.py spec_bench 4 16x8,16x8:fixed --max-new-tokens 1280 --ignore-eos --json out.json
 """
