@@ -12,6 +12,9 @@
 # drifts: plain and spec deployments run one after the other (plain, spec) see different hosts.
 # The prefix cache is off in this run: with it, whichever mode goes first pays the prompts' prefill.
 #
+# LEVELS (default 1,2,4,8) sets the concurrency levels; REPEAT (default 1) runs each level that many
+# times per mode, pooled (`treespec bench --repeat`; in `ab`, mirrored: plain, spec, spec, plain).
+#
 # Results: $OUT/<run>.json (+ <run>.metrics.txt), OUT default benchmarks/results/service. Needs port 8000 free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +27,8 @@ wait_ready() { for _ in $(seq 1 300); do curl -sf localhost:8000/health > /dev/n
 
 bench() {  # bench RUN [BENCH FLAGS...]
   local run=$1; shift
-  $T bench --url http://localhost:8000 --concurrency 1,2,4,8 --dataset humaneval --limit 8 \
-    --max-new-tokens 128 --json "$OUT/$run.json" "$@"
+  $T bench --url http://localhost:8000 --concurrency "${LEVELS:-1,2,4,8}" --repeat "${REPEAT:-1}" \
+    --dataset humaneval --limit 8 --max-new-tokens 128 --json "$OUT/$run.json" "$@"
   curl -s localhost:8000/metrics | grep -v '^#' | grep -E 'overlap|mean_accepted|spec_decode_num_(drafts|accepted_tokens)_total ' \
     > "$OUT/$run.metrics.txt"
 }

@@ -10,6 +10,9 @@ as a deployment's does.
 
     .venv/bin/python scripts/ab_tree_shapes.py humaneval 20 auto,8x8,12x10,16x12 --json out.json
 
+An arm named twice runs two engines of that kind (the second reported as ``auto#2``): ``auto,8x8,auto``
+shows how far two identical policies drift apart, the A/B's noise floor.
+
 About 1.5 minutes per arm per 20 HumanEval prompts on a 2-core host. ``--batch N`` runs the prompts N
 at a time through one engine per arm (continuous batching, as N streams of the service would), each
 group on every arm in alternating order; with ``--ignore-eos`` every request generates
@@ -55,6 +58,15 @@ def parse_arm(text: str) -> tuple[int, int] | None:
     return size, depth
 
 
+def unique_names(names: list[str]) -> list[str]:
+    """The arms' names, a repeated one numbered from its second use (``auto,auto`` -> ``auto``,
+    ``auto#2``: two engines of one kind, the A/B's noise floor), so no arm's totals overwrite another's."""
+    out: list[str] = []
+    for n in names:
+        out.append(n if n not in names[:len(out)] else f"{n}#{names[:len(out)].count(n) + 1}")
+    return out
+
+
 def run_group(engine, group: list[list[int]], max_new: int, ignore_eos: bool) -> tuple[int, float, int]:
     """(tokens generated, seconds, sequence-rounds: a round of B sequences counts B, the prefill
     round included) of a group of prompts run at once (continuous batching; a group of one is a
@@ -76,7 +88,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.batch < 1:
         ap.error(f"--batch must be >= 1, got {args.batch}")
-    names = args.arms.split(",")
+    names = unique_names(args.arms.split(","))
     suite = Suite(load_config(None, {}), load_prompts(args.dataset, args.limit), args.max_new_tokens, 1)
     engines = [suite._engine(parse_arm(n), slots=args.batch) for n in names]
     exact_lib = suite.main.exact_lib  # the main's attention kernel as built; None for ":sdpa" arms
@@ -89,9 +101,10 @@ def main() -> None:
     for i, group in enumerate(groups):
         order = range(len(names)) if i % 2 == 0 else reversed(range(len(names)))
         for k in order:
-            suite.main.exact_lib = None if names[k].endswith(":sdpa") else exact_lib
+            kind = names[k].split("#")[0]
+            suite.main.exact_lib = None if kind.endswith(":sdpa") else exact_lib
             for model, choice in limits.items():
-                model.exact_limits = choice[names[k].endswith(":fixed")]
+                model.exact_limits = choice[kind.endswith(":fixed")]
             tokens, seconds, rounds = run_group(engines[k], group, args.max_new_tokens, args.ignore_eos)
             totals[k]["tokens"] += tokens
             totals[k]["seconds"] += seconds

@@ -37,6 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8 "
                                          "(with --url: requests in flight; every prompt is sent once per level; default 1)")
     a("--url", default=None, help="benchmark a running gateway over HTTP (the in-process runs are skipped)")
+    a("--repeat", type=int, default=1, help="with --url: run each level this many times per mode, pooled; with "
+                                            "--baseline plain in mirrored order (plain, spec, spec, plain), "
+                                            "which cancels a host's steady drift (default 1)")
     a("--plots", default=None, help="directory for PNG plots")
     a("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens (long-output runs)")
     a("--config", default=None)
@@ -81,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"unknown --baseline {bad[0]!r}: use hf-assisted, hf-plain and/or {NO_LOOKUP}")
         if args.max_new_tokens < 1:
             raise ConfigError("--max-new-tokens must be at least 1")
+        if args.repeat != 1:
+            raise ConfigError("--repeat needs --url (the in-process bench interleaves its arms prompt by prompt)")
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
@@ -111,8 +116,8 @@ def run_http(args: argparse.Namespace) -> int:
     from treespec.bench_http import BenchHttpError, concurrency
     try:
         levels = _ints(args.concurrency) or [1]
-        if args.max_new_tokens < 1 or min(levels) < 1:
-            raise ConfigError("--max-new-tokens and every --concurrency level must be at least 1")
+        if args.max_new_tokens < 1 or min(levels) < 1 or args.repeat < 1:
+            raise ConfigError("--max-new-tokens, --repeat and every --concurrency level must be at least 1")
         if args.tree_sizes or args.baseline not in ("", "plain"):
             raise ConfigError("with --url only --baseline plain is measured (requests with speculation off, "
                               "interleaved); --tree-sizes and the other baselines need the in-process bench")
@@ -123,13 +128,14 @@ def run_http(args: argparse.Namespace) -> int:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     try:
-        rows = concurrency(args.url, prompts, args.max_new_tokens, levels, plain=args.baseline == "plain")
+        rows = concurrency(args.url, prompts, args.max_new_tokens, levels, plain=args.baseline == "plain",
+                           repeat=args.repeat)
     except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1
     from treespec.bench_llamacpp import cpu_model  # lscpu; torch-free
     result = {"config": {"url": args.url, "dataset": args.dataset, "prompts": len(prompts),
-                         "max_new_tokens": args.max_new_tokens, "cpu_model": cpu_model(),
+                         "max_new_tokens": args.max_new_tokens, "repeat": args.repeat, "cpu_model": cpu_model(),
                          "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
               "concurrency": rows, "command": "treespec " + " ".join(sys.argv[1:])}
     write_json(args.json, result)

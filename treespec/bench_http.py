@@ -11,6 +11,9 @@ inter-token latency (gap between events / tokens in the event, one sample per to
 With ``plain=True`` every level is run twice on the same deployment, once with
 ``"speculation": false`` in each request (plain decoding) and once with speculation, the
 order alternating from level to level, so both see the same host at nearly the same time.
+``repeat`` > 1 runs each level's pair that many times in mirrored order (plain, spec, spec,
+plain, ...: a host whose speed drifts linearly within the level slows both modes alike; the
+2-core hosts here drifted by half within minutes) and pools each mode's runs into one row.
 Torch-free: no model is loaded here.
 """
 
@@ -104,9 +107,9 @@ def percentile_ms(values: list[float], q: float) -> float:
 
 
 async def run_level(url: str, prompts: list[Prompt], max_new: int, speculation: bool = True,
-                    in_flight: int | None = None) -> dict:
-    """Every one of ``prompts``, at most ``in_flight`` at a time (None: all at once); one
-    concurrency row (mode ``http``, or ``http-plain`` when ``speculation`` is off)."""
+                    in_flight: int | None = None) -> tuple[list[Stream], float]:
+    """Every one of ``prompts``, at most ``in_flight`` at a time (None: all at once): the
+    streams and the level's wall time (seconds)."""
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     slots = asyncio.Semaphore(in_flight or len(prompts))
 
@@ -117,28 +120,52 @@ async def run_level(url: str, prompts: list[Prompt], max_new: int, speculation: 
     async with aiohttp.ClientSession(timeout=timeout) as session:
         t0 = time.perf_counter()
         streams = await asyncio.gather(*(one(session, p) for p in prompts))
-        secs = time.perf_counter() - t0
+        return list(streams), time.perf_counter() - t0
+
+
+def level_row(runs: list[tuple[list[Stream], float]], speculation: bool, in_flight: int) -> dict:
+    """One concurrency row (mode ``http``, or ``http-plain`` when ``speculation`` is off) pooling
+    ``runs`` (streams, seconds) of one mode: tokens/s = all tokens / all seconds; ``requests``
+    per run; ``runs_tokens_per_s`` lists each run's own rate (its spread shows the host's drift)."""
+    streams = [s for run, _ in runs for s in run]
+    secs = sum(t for _, t in runs)
     total = sum(s.tokens for s in streams)
     itl = [x for s in streams for x in s.itl]
     ttft = [s.first - s.start for s in streams if s.first is not None]
-    return {"mode": MODE if speculation else PLAIN_MODE, "tree_size": None, "concurrency": in_flight or len(prompts),
-            "requests": len(prompts), "tokens": total,
+    return {"mode": MODE if speculation else PLAIN_MODE, "tree_size": None, "concurrency": in_flight,
+            "requests": len(runs[0][0]), "runs": len(runs), "tokens": total,
             "seconds": secs, "tokens_per_s": total / secs if secs > 0 else 0.0,
+            "runs_tokens_per_s": [sum(s.tokens for s in run) / t if t > 0 else 0.0 for run, t in runs],
             "itl_p50_ms": percentile_ms(itl, 0.5), "itl_p99_ms": percentile_ms(itl, 0.99),
             "ttft_p50_ms": percentile_ms(ttft, 0.5)}
 
 
+def run_order(level: int, repeat: int, plain: bool) -> list[bool]:
+    """Modes (speculation on?) in the order they run at the ``level``-th level: speculative only
+    without ``plain``; else ``repeat`` pairs, each the mirror of the one before (plain, spec, spec,
+    plain, ...), the first pair's order alternating from level to level."""
+    if not plain:
+        return [True] * repeat
+    first = [False, True] if level % 2 == 0 else [True, False]
+    return [m for i in range(repeat) for m in (first if i % 2 == 0 else first[::-1])]
+
+
 def concurrency(url: str, prompts: list[Prompt], max_new: int, levels: list[int],
-                plain: bool = False) -> list[dict]:
+                plain: bool = False, repeat: int = 1) -> list[dict]:
     """One row per level (two with ``plain``: plain and speculative, interleaved, the
-    speculative row carrying ``speedup_vs_plain``); each level sends every prompt once, at most
-    ``c`` in flight (prompts repeated until there are ``c`` requests when there are fewer)."""
+    speculative row carrying ``speedup_vs_plain``); each level sends every prompt ``repeat``
+    times per mode (``run_order``), at most ``c`` in flight (prompts repeated until there are
+    ``c`` requests when there are fewer). Raises ValueError for ``repeat`` < 1."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
     url = url.rstrip("/")
     rows: list[dict] = []
     for k, c in enumerate(levels):
         batch = [prompts[i % len(prompts)] for i in range(max(c, len(prompts)))]
-        modes = ([False, True] if k % 2 == 0 else [True, False]) if plain else [True]
-        got = {spec: asyncio.run(run_level(url, batch, max_new, spec, c)) for spec in modes}
+        runs: dict[bool, list] = {False: [], True: []}
+        for spec in run_order(k, repeat, plain):
+            runs[spec].append(asyncio.run(run_level(url, batch, max_new, spec, c)))
+        got = {spec: level_row(r, spec, c) for spec, r in runs.items() if r}
         if plain and got[False]["tokens_per_s"] > 0:
             got[True]["speedup_vs_plain"] = got[True]["tokens_per_s"] / got[False]["tokens_per_s"]
         rows += [got[spec] for spec in (False, True) if spec in got]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.cluster import free_port
 from tests.integration.deployment import Deployment
-from treespec.bench_http import event_tokens, percentile_ms, request_body
+from treespec.bench_http import Stream, concurrency, event_tokens, level_row, percentile_ms, request_body, run_order
 from treespec.bench_data import Prompt
 from treespec.bench_llamacpp import cpu_model
 
@@ -55,6 +55,27 @@ class TestHelpers:
         assert body["temperature"] == 0.0 and body["stream"] and body["max_tokens"] == 5
         assert "speculation" not in body and request_body(Prompt("0", "x", "hi", True), 5, False)[1]["speculation"] is False
 
+    def test_repeated_pairs_run_in_mirrored_order(self):
+        """--repeat 3 with plain runs plain, spec, spec, plain, plain, spec at the first level (the mirror
+        cancels a steady drift) and starts with spec at the next; without plain, spec only."""
+        assert run_order(0, 3, True) == [False, True, True, False, False, True]
+        assert run_order(1, 2, True) == [True, False, False, True]
+        assert run_order(0, 2, False) == [True, True]
+
+    def test_level_row_pools_runs_by_total_tokens_over_total_seconds(self):
+        """Two runs of one mode (10 tokens in 1 s, 10 in 4 s) pool to 20 tokens / 5 s = 4 tok/s, not the
+        mean of their rates (6.5); each run's own rate is kept."""
+        run = lambda t0, secs: ([Stream(t0, t0 + 0.1, 10, [0.01] * 9)], secs)
+        row = level_row([run(0.0, 1.0), run(5.0, 4.0)], True, 1)
+        assert row["tokens"] == 20 and row["tokens_per_s"] == pytest.approx(4.0) and row["runs"] == 2
+        assert row["runs_tokens_per_s"] == pytest.approx([10.0, 2.5]) and row["requests"] == 1
+        assert row["ttft_p50_ms"] == pytest.approx(100.0) and row["mode"] == "http"
+
+    def test_repeat_below_one_is_refused(self):
+        """repeat 0 is a ValueError before any request is sent."""
+        with pytest.raises(ValueError, match="repeat"):
+            concurrency("http://127.0.0.1:1", [Prompt("0", "x", "hi", False)], 4, [1], True, repeat=0)
+
 
 class TestBenchUrl:
     def test_concurrency_rows_over_http(self, deployment, tmp_path):
@@ -91,6 +112,27 @@ class TestBenchUrl:
         assert all(r["requests"] == 2 and r["tokens"] == 2 * MAX_NEW for r in rows)
         for plain, spec in (rows[0:2], rows[2:4]):
             assert spec["speedup_vs_plain"] == pytest.approx(spec["tokens_per_s"] / plain["tokens_per_s"])
+
+    def test_repeat_pools_mirrored_runs_per_mode(self, deployment, tmp_path):
+        """--repeat 2 --baseline plain runs each mode twice at a level and pools them: one row per mode
+        with both runs' tokens and each run's rate."""
+        prompts = tmp_path / "prompts.txt"
+        prompts.write_text("Say hello.\n")
+        out = tmp_path / "ab2.json"
+        done = bench(tmp_path, "--url", deployment.url, "--concurrency", "1", "--baseline", "plain", "--repeat", "2",
+                     "--dataset", str(prompts), "--max-new-tokens", str(MAX_NEW), "--json", str(out))
+        assert done.returncode == 0, done.stderr
+        result = json.loads(out.read_text())
+        rows = result["concurrency"]
+        assert result["config"]["repeat"] == 2 and [r["mode"] for r in rows] == ["http-plain", "http"]
+        for r in rows:
+            assert r["runs"] == 2 and r["tokens"] == 2 * MAX_NEW and len(r["runs_tokens_per_s"]) == 2
+            assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+
+    def test_repeat_without_url_is_refused(self, tmp_path):
+        """--repeat belongs to the HTTP bench: without --url it is a CLI error naming --url, exit 2."""
+        done = bench(tmp_path, "--repeat", "2", "--json", str(tmp_path / "x.json"))
+        assert done.returncode == 2 and "--repeat needs --url" in done.stderr
 
     def test_other_baselines_are_refused_with_url(self, tmp_path):
         """--url with an in-process baseline (hf-assisted) is a CLI error naming the option, exit 2."""
