@@ -47,9 +47,9 @@ from treespec.bench_suite import Suite
 
 
 def parse_arm(text: str) -> tuple[int, int] | None:
-    """``auto`` -> None (the policy), ``plain`` -> (0, 0), ``8x8`` -> (8, 8); a ``:sdpa`` or ``:fixed``
-    suffix is ignored here (``main``). Raises ValueError."""
-    text = text.removesuffix(":sdpa").removesuffix(":fixed")
+    """``auto`` -> None (the policy), ``plain`` -> (0, 0), ``8x8`` -> (8, 8); a ``#N`` number
+    (``unique_names``) and a ``:sdpa`` or ``:fixed`` suffix are ignored here (``main``). Raises ValueError."""
+    text = text.split("#")[0].removesuffix(":sdpa").removesuffix(":fixed")
     if text == "auto":
         return None
     if text == "plain":

@@ -177,6 +177,17 @@ class TestCalibration:
             p.observe_round(True, tokens=2, ms=100.0)
         assert p.calibration.factor(1, True) < 1.0
 
+    def test_rounds_with_lookup_grafts_do_not_calibrate(self):
+        """A round carrying prompt-lookup nodes leaves the calibration alone (its rows and tokens are outside
+        the tree model), while the draft's per-level cost still learns from it."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        p.choose(1)
+        p.draft_modelled = (1, 2, 10.0)
+        for _ in range(4):
+            p.observe_round(True, tokens=1, ms=500.0, draft_ms=20.0, grafted=True)
+        assert (1, True) not in p.calibration.sums and p.calibration.factor(1, True) == 1.0
+        assert p.draft_cost.factor(1, 2) == pytest.approx(2.0)
+
     def test_plain_probe_round(self):
         """Every 4th round decodes plainly while the bucket's plain factor is unmeasured, then one round in PLAIN_PROBE_EVERY."""
         p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
