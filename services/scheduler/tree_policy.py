@@ -164,10 +164,10 @@ class TreePolicy:
         prediction for the shape chosen for it, and the draft's cost per level. A round with
         prompt-lookup nodes (``grafted``) does not calibrate: its extra rows and tokens are outside
         the model, which compares draft trees with plain decoding (both kinds of round may carry
-        grafts; ``lookup_policy`` judges those). Counting them made one 8-node graft that gained
-        nothing (+33 ms on a 91 ms round at a batch of 4) read as trees 11% slower than modelled,
-        and the batch decoded plainly from then on although its tree rounds measured 0.054-0.058
-        tokens/ms against plain runs' 0.047-0.053 (HTTP, 4 streams)."""
+        grafts; ``lookup_policy`` judges those). Counted, one 8-node graft that gained nothing (122
+        ms for 7 tokens where the tree alone was modelled at 92 ms, a batch of 4) pulled the trees'
+        factor to 0.89 and the batch decoded plainly from then on; over HTTP at 4 streams tree
+        rounds measured 0.054-0.058 tokens/ms against plain runs' 0.047-0.053 (BENCHMARKS.md)."""
         if self.draft_modelled is not None and speculative and draft_ms > 0:
             batch, depth, curve_ms = self.draft_modelled
             self.draft_cost.observe(curve_ms, batch, depth, draft_ms)

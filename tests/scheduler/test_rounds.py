@@ -102,7 +102,6 @@ class TestCalibration:
                                                   outs={"r": wire.VerifyOut(accepted=[0], bonus=8)}), 0.0)
         assert seen == [(True, 80.0, 30.0)]
 
-
     def test_a_round_with_lookup_grafts_says_so(self):
         """A round whose verifier scored prompt-lookup nodes reports them (grafted) to the policy, which leaves
         such rounds out of its calibration; a round without grafts reports none."""
