@@ -125,7 +125,8 @@ class Calibration:
     must never be slower than plain). One factor per kind and batch bucket (1, 2-3, 4-7, 8+
     sequences: batching changes both kinds' costs differently); plain rounds come from that
     choice and from probes (every ``PLAIN_PROBE_EVERY`` rounds, every 4th while the bucket's
-    plain factor is unmeasured)."""
+    plain factor is unmeasured); rounds with prompt-lookup grafts are not observed
+    (``TreePolicy.observe_round``)."""
 
     def __init__(self) -> None:
         self.sums: dict[tuple[int, bool], list[float]] = {}  # (bucket, speculative) -> [tokens, ms, model t, model ms, w]

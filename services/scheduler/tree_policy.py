@@ -34,6 +34,7 @@ The model can still be wrong (acceptance drifting with the text, lookup rows, lo
 ``Calibration`` (``estimates.py``, with the cost curves and the acceptance table) checks it:
 measured over modelled tokens per ms, for speculative and for plain
 rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
+Rounds that carried prompt-lookup nodes are left out of it (their rows are outside the model).
 
 Prompt-lookup candidates are a second source of tree nodes that cost no draft compute,
 only verify rows; ``lookup_policy.py`` decides per sequence whether they pay this round, and
