@@ -15,24 +15,20 @@ tokens per ms of worker time (draft + verify), plus the draft's total ms. Prints
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 from pathlib import Path
 
 from treespec.bench_http import run_order
+from treespec.logview import EARLIEST, parse_line
 
 
 def events(path: Path, name: str) -> list[dict]:
     """The JSON log lines of ``path`` whose event is ``name``, each with ``t`` (epoch seconds)."""
     out = []
-    for line in path.read_text().splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("event") == name:
-            e["t"] = datetime.datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
-            out.append(e)
+    for raw in path.read_text().splitlines():
+        line = parse_line(raw, path.stem, EARLIEST)  # the log viewer's parser (treespec logs)
+        if line.record is not None and line.record.get("event") == name:
+            out.append({**line.record, "t": line.time.timestamp()})
     return out
 
 
