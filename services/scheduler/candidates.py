@@ -69,18 +69,19 @@ def graft_lookup(tokens: list[int], draft: wire.Tree | None, cfg: Config, nodes:
 
 
 def observe(policy: TreePolicy, tree: TokenTree, accepted: list[int], info: Grafted | None,
-            offered: bool = False, seq: SeqLookup | None = None) -> None:
+            offered: bool = False, seq: SeqLookup | None = None) -> int:
     """Record one verified tree per source: the draft model's part (nodes below
     ``draft_nodes``, with the accepted path cut at the first lookup node: what the draft
     tree alone would have accepted) in the acceptance table, the lookup part in
     ``policy.lookup`` and in the sequence's own ``seq.stats`` (``offered``: lookup could graft
-    this round; finding nothing counts as 0 added)."""
+    this round; finding nothing counts as 0 added). Returns the tokens the draft's part
+    accepted (tokens)."""
     sinks = [policy.lookup] + ([seq.stats] if seq is not None else [])
     if info is None:
         policy.observe(tree, accepted)
         for stats in sinks if offered else []:
             stats.observe(proposed=0, accepted=0, added=0, gained=0)
-        return
+        return len(accepted)
     n = info.draft_nodes
     by_draft = list(takewhile(lambda a: a < n, accepted))
     if n:
@@ -88,6 +89,7 @@ def observe(policy: TreePolicy, tree: TokenTree, accepted: list[int], info: Graf
     for stats in sinks:
         stats.observe(proposed=len(info.chain_nodes), accepted=sum(a in info.chain_nodes for a in accepted),
                       added=len(tree) - n, gained=len(accepted) - len(by_draft))
+    return len(by_draft)
 
 
 def step_logprob(policy: TreePolicy, seq: SeqLookup | None = None) -> float:

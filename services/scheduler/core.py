@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from common import wire
 from common.wire import FinishReason
 from services.scheduler.lookup_policy import SeqLookup
+from services.scheduler.makespan import DraftFit
 
 DRAFT_SINK_TOKENS = 32  # leading prompt tokens the draft always sees (chat header, system prompt start)
 
@@ -80,6 +81,7 @@ class Sequence:
     verify_steps: int = 0  # verification steps that committed tokens (MAL = output / verify_steps)
     draft_hidden: tuple[int, int] = (0, 0)  # prompt positions [a, b) the draft does not see (draft_gap())
     lookup: SeqLookup = field(default_factory=SeqLookup)  # its prompt-lookup statistics (lookup_policy.py)
+    fit: DraftFit = field(default_factory=DraftFit)  # the draft's acceptance on it relative to its batch (makespan.py)
 
     @property
     def tokens(self) -> list[int]:

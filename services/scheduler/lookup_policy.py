@@ -7,7 +7,8 @@ the draft tree (g); the tree policy
 grafts them only while
     (E + 1 + g) / verify_ms(B, B * (n + 1 + a)) > (E + 1) / verify_ms(B, B * (n + 1))
 (E: expected accepted draft tokens of the round's draft tree of n nodes, B sequences), i.e.
-while the extra accepted tokens pay for the extra verified rows.
+while the extra accepted tokens pay for the extra verified rows; g counts at ``OFF_PATH_VALUE`` (0)
+for a sequence off the batch's critical path while no request takes a freed slot (``makespan.py``).
 
 ``verify_ms`` is the verifier's start-up cost curve (one sequence, T tokens) corrected by
 ``CostCorrection``: measured over curve ms for rounds of about the same batch and rows (the tree
@@ -87,16 +88,17 @@ class LookupStats:
         return max(MIN_LOOKUP_ACCEPT, gained / added)
 
     def pays(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float,
-             prior: LookupStats | None = None) -> bool:
+             prior: LookupStats | None = None, value: float = 1.0) -> bool:
         """Whether grafting lookup nodes raises expected tokens/ms (module docstring), with this
         sequence's means (shrunk toward ``prior``) taken for every sequence of the batch (a
         batch grafting together pays the rows of all); ``verify_ms(rows)``: ms of one verify
-        pass of ``rows`` tokens at this batch."""
+        pass of ``rows`` tokens at this batch; ``value``: worth of one gained token (1; less off
+        the batch's critical path, ``makespan.path_values``)."""
         added, gained, weight = self._sums(prior)
         added, gained = (added / weight, gained / weight) if weight > 0 else (0.0, 0.0)
         without = (expected + 1) / verify_ms(batch * (size + 1))
         # >=: lookup that rarely finds a match adds (almost) no rows and must stay offered
-        return (expected + 1 + gained) / verify_ms(round(batch * (size + 1 + added))) >= without
+        return (expected + 1 + value * gained) / verify_ms(round(batch * (size + 1 + added))) >= without
 
 
 class SeqLookup:

@@ -20,6 +20,7 @@ from common.tree import TokenTree
 from services.scheduler import candidates
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence, draft_gap
 from services.scheduler.lengths import OutputLengths
+from services.scheduler.makespan import Refills, critical_fit, observe_fits, path_values
 from services.scheduler.overlap import Lookahead, overlap_pays
 from services.scheduler.placement import Out, Placer
 from services.scheduler.tree_policy import TreePolicy
@@ -52,6 +53,7 @@ class Round:
     drafted: set[str] = field(default_factory=set)  # sequences with a draft-model tree (fresh or guessed)
     grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
     lookup_offered: set[str] = field(default_factory=set)  # sequences prompt lookup could graft onto this round
+    explorer: str | None = None  # the sequence drafting the policy's explore tree this round
 
 
 class RoundDriver:
@@ -72,6 +74,7 @@ class RoundDriver:
         self.had_draft = False  # a draft worker joined once: without one now we degrade, not refuse
         self.plain_steps = 0  # sequence rounds verified without a tree while speculative (degraded)
         self.lengths = OutputLengths()  # finished requests' output lengths: the rounds a catch-up is spread over
+        self.refills = Refills()  # whether freed slots are taken at once (makespan.py)
         self.no_verifier_since: float | None = None
 
     @property
@@ -146,7 +149,7 @@ class RoundDriver:
             wait_s = VERIFIER_WAIT_FACTOR * self.cfg.heartbeat_timeout_s
             return self._fail_all(f"no verifier replica for {wait_s:.0f} s") if now - self.no_verifier_since > wait_s else []
         self.no_verifier_since = None
-        self.core.admit(self.workers.capacity(wire.Role.VERIFIER))
+        self.refills.round_started(len(self.core.admit(self.workers.capacity(wire.Role.VERIFIER))))
         seqs = [s for s in self.core.running.values() if self.placer.place(s, wire.Role.VERIFIER)]
         if not seqs:
             return []
@@ -154,7 +157,8 @@ class RoundDriver:
         if first:
             seqs, (size, depth) = first, (0, 0)
         else:
-            size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs))
+            fit = critical_fit(self._remaining(seqs), [s.fit.ratio() for s in seqs], self._refilled())
+            size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs), fit=fit)
             if (size, depth) != self.shape or self.policy.explore_shape is not None:
                 self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
                               reason=self.policy.last_reason, explore=self.policy.explore_shape)
@@ -201,8 +205,17 @@ class RoundDriver:
         shapes = {s.request_id: shape for s in wanted}
         explore = self.policy.explore_shape
         if explore is not None and wanted:
-            shapes[min(wanted, key=lambda s: s.draft_backlog()).request_id] = explore
+            rnd.explorer = min(wanted, key=lambda s: s.draft_backlog()).request_id
+            shapes[rnd.explorer] = explore
         return shapes
+
+    def _remaining(self, seqs: list[Sequence]) -> list[float]:
+        """Tokens each sequence is expected to still generate (``lengths.remaining``)."""
+        return [self.lengths.remaining(len(s.output), s.params.max_tokens - len(s.output)) for s in seqs]
+
+    def _refilled(self) -> bool:
+        """A slot that comes free is taken at once: a request waits, or clients refill (makespan.py)."""
+        return self.refills.refilling or bool(self.core.waiting)
 
     def _catch_up(self, seqs: list[Sequence]) -> tuple[int, float]:
         """(tokens the drafts lag beyond one round's worth, mean tokens each is expected to still
@@ -263,13 +276,15 @@ class RoundDriver:
 
     def _graft_lookup(self, rnd: Round) -> None:
         """Graft prompt-lookup candidates onto each speculating sequence's tree (``candidates.py``),
-        as many nodes as the tree policy finds worth their verify rows for that sequence."""
+        as many nodes as the tree policy finds worth their verify rows for that sequence, its gained
+        tokens valued by whether they shorten the batch's run (``makespan.py``)."""
         rnd.drafted = set(rnd.trees)
-        for sid in rnd.seq_ids:
-            seq = self.core.running.get(sid)
-            if seq is None or not seq.params.speculate:
+        seqs = [s for sid in rnd.seq_ids if (s := self.core.running.get(sid)) is not None]
+        for seq, value in zip(seqs, path_values(self._remaining(seqs), self._refilled())):
+            if not seq.params.speculate:
                 continue
-            nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape, seq.lookup)
+            sid = seq.request_id
+            nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape, seq.lookup, value=value)
             if nodes == 0:
                 continue
             rnd.lookup_offered.add(sid)
@@ -329,7 +344,7 @@ class RoundDriver:
         """Commit every verified sequence, emit deltas, free finished sequences."""
         rnd, self.current = self.current, None
         out: list[Out] = []
-        accepted = []
+        accepted, by_draft = [], []
         for sid in rnd.seq_ids:
             seq = self.core.running.get(sid)
             if seq is None:
@@ -341,8 +356,10 @@ class RoundDriver:
             degraded = (self.speculative and self.shape[0] > 0 and seq.params.speculate and sid not in rnd.drafted
                         and sid not in rnd.prefill)
             self.plain_steps += int(degraded)
-            candidates.observe(self.policy, wire.tree_from_wire(tree), rnd.outs[sid].accepted, rnd.grafts.get(sid),
-                               sid in rnd.lookup_offered, seq.lookup)
+            drafted = candidates.observe(self.policy, wire.tree_from_wire(tree), rnd.outs[sid].accepted,
+                                         rnd.grafts.get(sid), sid in rnd.lookup_offered, seq.lookup)
+            if sid in rnd.drafted and sid != rnd.explorer:
+                by_draft.append((seq.fit, drafted))
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)
             accepted.append((seq, len(delta.tokens)))
@@ -356,6 +373,9 @@ class RoundDriver:
                               verify_steps=seq.verify_steps)
                 self.owners.pop(sid, None)
                 out += self._release(seq)
+        observe_fits(by_draft)
+        if any(seq.finish is not None for seq, _ in accepted):
+            self.refills.finished(others_running=bool(self.core.running))
         nodes = sum(t.tokens.shape[0] for t in rnd.trees.values() if t.tokens.shape)  # tree rows verified
         if not rnd.prefill and accepted:  # a prefill round's cost is the prompt's, not decoding's
             self._observe_costs(rnd, accepted, nodes)

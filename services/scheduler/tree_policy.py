@@ -39,7 +39,10 @@ Rounds that carried prompt-lookup nodes are left out of it (their rows are outsi
 Prompt-lookup candidates are a second source of tree nodes that cost no draft compute,
 only verify rows; ``lookup_policy.py`` decides per sequence whether they pay this round, and
 while they do not, the rounds that graft them anyway (to follow the text) back off like tree
-explores.
+explores. When no request takes a freed slot (``makespan.py``), a sequence that will end before
+another of its batch grafts lookup nodes only on its lookup explores (they would end it early
+without ending the batch sooner), and a tree's expected draft tokens count as many as the batch's
+critical path (the requests with the most tokens left) accepts: E x ``fit`` in the rate.
 Torch-free.
 """
 
@@ -93,7 +96,7 @@ class TreePolicy:
     def observe(self, tree: TokenTree, accepted: list[int]) -> None:
         self.table.observe(tree, accepted)
 
-    def choose(self, batch: int, backlog: int = 0, remaining: float = float("inf")) -> tuple[int, int]:
+    def choose(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0) -> tuple[int, int]:
         """(tree nodes, max depth) for a round of ``batch`` sequences; (0, 0) = plain. On an
         explore round it is the current best, and ``explore_shape`` is the probe tree that one
         sequence of the batch drafts (exploring the whole batch cost up to 3 rounds' time at a
@@ -102,7 +105,9 @@ class TreePolicy:
         ``backlog``: tokens the drafts must catch up on (prefill) before this round's trees,
         beyond what a round normally appends (after plain rounds, or for new prompts);
         ``remaining``: mean tokens each sequence may still generate. Speculating now pays the
-        catch-up once, so the model spreads it over the rounds left (``_modelled_best``).
+        catch-up once, so the model spreads it over the rounds left (``_modelled_best``);
+        ``fit``: the batch's critical path accepts this times the expected draft tokens
+        (``makespan.critical_fit``; 1.0 while freed slots are refilled).
 
         Before any acceptance is measured one sequence speculates at once; a batch of several
         decodes plainly while one of its sequences drafts the default tree (``explore_shape``),
@@ -136,7 +141,7 @@ class TreePolicy:
             self.last_reason = "measure plain"
             self.modelled = (batch, False, batch, self.verify_ms(batch, batch))
             return 0, 0
-        best, rate, model = self._modelled_best(batch, backlog, remaining)
+        best, rate, model = self._modelled_best(batch, backlog, remaining, fit)
         self.modelled = model
         if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost
             exp = self.table.expected(SIZES.index(best[0]), best[1])
@@ -176,13 +181,14 @@ class TreePolicy:
             batch, _, model_tokens, model_ms = self.modelled
             self.calibration.observe(batch, speculative, tokens, ms, model_tokens, model_ms)
 
-    def _modelled_best(self, batch: int, backlog: int = 0, remaining: float = float("inf"),
+    def _modelled_best(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0,
                        ) -> tuple[tuple[int, int], float, tuple[int, bool, float, float]]:
         """The (size, depth) of most expected tokens/ms (model rates times their calibration
         factors), that rate, and the uncalibrated (batch, speculative, tokens, ms) it predicts.
         A tree's rate carries the draft's catch-up of ``backlog`` tokens spread over the rounds
         left (``remaining`` / expected tokens per round); the prediction calibrated against the
-        round carries all of it (that round pays it)."""
+        round carries all of it (that round pays it). The rate counts ``fit`` x the expected draft
+        tokens (the critical path's share, ``makespan.py``); the prediction counts them all."""
         catch_up = self.draft.ms(backlog) if backlog > 0 else 0.0
         plain_ms = self.verify_ms(batch, batch)
         best, model = (0, 0), (batch, False, float(batch), plain_ms)
@@ -195,16 +201,17 @@ class TreePolicy:
                 if exp is None:
                     continue
                 ms = self.verify_ms(batch, batch * (size + 1)) + self._draft_ms(batch, depth, exp)
-                rate = batch * (exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
+                rate = batch * (fit * exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
                 if rate > best_rate:
                     best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
         return best, (best_rate if best != (0, 0) else plain_rate), model
 
-    def lookup_nodes(self, batch: int, size: int, depth: int, seq: SeqLookup) -> int:
+    def lookup_nodes(self, batch: int, size: int, depth: int, seq: SeqLookup, value: float = 1.0) -> int:
         """Lookup nodes one sequence (its state ``seq``) may graft this round onto its draft tree
         of (``size``, ``depth``) in a batch of ``batch`` (0 = none): the budget's ``lookup_nodes``
         while they pay (``LookupStats.pays`` on the sequence's means, the engine-wide ones as
-        prior, and the corrected verify cost) and its rounds with them did not measure slower
+        prior, and the corrected verify cost, a gained token worth ``value``: less off the batch's
+        critical path, ``makespan.py``) and its rounds with them did not measure slower
         (``seq.rates``), before anything is measured, or on the sequence's explore rounds
         (``SeqLookup.explore_due``)."""
         cap = self.budget.lookup_nodes
@@ -215,7 +222,7 @@ class TreePolicy:
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
         if seq.rates.loses(batch) or not seq.stats.pays(lambda rows: self.verify_ms(batch, rows),
-                                                        batch, size, expected, prior=self.lookup):
+                                                        batch, size, expected, prior=self.lookup, value=value):
             return 0
         seq.misses = 0
         return cap

@@ -143,7 +143,7 @@ def mixed_hits(monkeypatch) -> list[bool]:
     def spy(policy, tree, accepted, info, offered=False, seq=None):
         if info is not None and info.draft_nodes > 0:
             hits.append(any(a >= info.draft_nodes for a in accepted))
-        observe(policy, tree, accepted, info, offered, seq)
+        return observe(policy, tree, accepted, info, offered, seq)
 
     monkeypatch.setattr(candidates, "observe", spy)
     return hits

@@ -33,6 +33,16 @@ class TestPays:
         assert s.pays(lambda rows: 100.0, batch=4, size=0, expected=0.0)
         assert not s.pays(lambda rows: 10.0 * rows, batch=4, size=0, expected=0.0)
 
+    def test_tokens_worth_less_must_gain_more(self):
+        """A gain that pays for its rows at full worth does not at half worth (a request off the
+        batch's critical path, makespan.py)."""
+        s = LookupStats()
+        s.observe(proposed=8, accepted=2, added=8, gained=2)
+        cost = lambda rows: 100.0 + 5.0 * rows  # 4 sequences: 4 plain rows 120 ms, with 8 nodes each 280 ms
+        # worth 1: 3 tokens / 280 ms > 1 / 120 ms; worth 0.5: 2 / 280 < 1 / 120
+        assert s.pays(cost, batch=4, size=0, expected=0.0)
+        assert not s.pays(cost, batch=4, size=0, expected=0.0, value=0.5)
+
     def test_lookup_without_matches_costs_nothing_and_stays_offered(self):
         """Rounds where lookup found no match add no rows and no gain: it still pays (ties count),
         so it is offered the next time a match may exist."""

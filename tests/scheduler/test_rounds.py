@@ -12,6 +12,7 @@ from common import wire
 from common.config import Config
 from common.prefix_hash import block_keys
 from services.scheduler.core import DRAFT_SINK_TOKENS, SchedulerCore
+from services.scheduler.makespan import OFF_PATH_VALUE
 from services.scheduler.rounds import VERIFIER_WAIT_FACTOR, RoundDriver
 from services.scheduler.workers import WorkerRegistry
 
@@ -115,6 +116,60 @@ class TestCalibration:
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=40.0, outs={
             sid: wire.VerifyOut(accepted=[], bonus=9) for sid in drv.current.seq_ids}), 0.0)
         assert seen == [True, False]
+
+
+class TestPathValues:
+    def start_decode(self, budgets: list[int]) -> tuple[RoundDriver, dict[str, float]]:
+        """A degraded driver with one request per budget (max_tokens), past their prefill round;
+        returns it and the worth its next round gave each running sequence's lookup tokens."""
+        drv = driver(draft=False)
+        drv.had_draft = True
+        for i, n in enumerate(budgets):
+            drv.submit(GW, wire.Submit(request_id=f"r{i}", prompt=[5, 6, 7, 8, 5, 6, 7], params=wire.SamplingParams(
+                max_tokens=n, ignore_eos=True)))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            e.seq_id: wire.VerifyOut(accepted=[], bonus=8) for e in step.seqs}), 0.0)
+        values = []
+
+        def lookup_nodes(batch, size, depth, seq, value=1.0):  # records the worth, grafts nothing
+            values.append(value)
+            return 0
+        drv.policy.lookup_nodes = lookup_nodes
+        drv.start(0.0)
+        return drv, dict(zip(drv.current.seq_ids, values))
+
+    def test_requests_that_end_first_get_less_worth_when_nothing_waits(self):
+        """With nothing queued, a request with fewer tokens left than another in the batch values its lookup tokens at OFF_PATH_VALUE; the longest one at 1."""
+        _, values = self.start_decode([8, 32, 32])
+        assert values == {"r0": OFF_PATH_VALUE, "r1": 1.0, "r2": 1.0}
+
+    def test_the_draft_fit_of_the_critical_path_reaches_the_policy(self):
+        """After a round where "a"'s one-node draft tree was rejected and "b"'s accepted, the next
+        round's choice is told "a"'s fit, below 1: "a" has the most tokens left and nothing waits."""
+        drv = driver(draft=True)
+        params = msgspec.structs.replace(PARAMS, max_tokens=100)
+        for rid in ("a", "b"):
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=params))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (1, 1)
+        (_, draft), = drv.start(0.0)
+        (_, verify), = drv.on_draft(DRAFT, wire.DraftResult(round=draft.round, trees={
+            "a": one_node_tree(), "b": one_node_tree()}), 0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs={
+            "a": wire.VerifyOut(accepted=[], bonus=9), "b": wire.VerifyOut(accepted=[0], bonus=9)}), 0.0)
+        a, b = drv.core.running["a"], drv.core.running["b"]
+        seen = []
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(fit) or (0, 0)
+        drv.start(0.0)
+        assert a.fit.ratio() < 1.0 < b.fit.ratio() and seen == [a.fit.ratio()]
+
+    def test_a_waiting_request_makes_every_token_count(self):
+        """While a request waits for a slot, a request that ends early frees it for that one: every sequence values its lookup tokens at 1."""
+        drv, values = self.start_decode([8, 32, 32, 32, 32])
+        assert drv.core.waiting and len(values) == 4 and set(values.values()) == {1.0}
 
 
 class TestRoundLog:
@@ -225,7 +280,7 @@ class TestSpeculationOff:
             sid: wire.VerifyOut(accepted=[], bonus=3) for sid in ("a", "b")}), 0.0)
         drv.core.running["a"].draft.sent(3)  # a's draft already holds its prompt: least behind
 
-        def explore(batch, backlog=0, remaining=0.0):
+        def explore(batch, backlog=0, remaining=0.0, fit=1.0):
             drv.policy.explore_shape = (4, 2)
             return 0, 0
         drv.policy.choose = explore
@@ -235,7 +290,7 @@ class TestSpeculationOff:
         drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=4) for sid in ("a", "b")}), 0.0)
         assert drv.plain_steps == 0
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: (drv.policy.__setattr__("explore_shape", (8, 4))
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (drv.policy.__setattr__("explore_shape", (8, 4))
                                                                      or (2, 2))
         (_, draft), = drv.start(0.0)
         assert sorted((e.seq_id, e.tree_size) for e in draft.seqs) == [("a", 8), ("b", 2)]
@@ -272,7 +327,7 @@ class TestCatchUp:
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
         seen = []
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: seen.append((batch, backlog, remaining)) or (0, 0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append((batch, backlog, remaining)) or (0, 0)
         drv.start(0.0)
         per_round = drv.policy.max_depth + 1
         assert seen == [(2, max(0, 31 - per_round) + max(0, 4 - per_round), 99.0)]
@@ -288,7 +343,7 @@ class TestCatchUp:
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
         seen = []
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: seen.append(remaining) or (0, 0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(remaining) or (0, 0)
         drv.start(0.0)
         assert seen == [(9 + 9 + 9 + 19) / 4]
 
@@ -329,7 +384,7 @@ class TestCatchUp:
         assert step.seqs[0].new_tokens == prompt
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
         seen, choose = [], drv.policy.choose
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: seen.append(backlog) or choose(batch, backlog, remaining)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(backlog) or choose(batch, backlog, remaining, fit)
         (ident, draft), = drv.start(0.0)
         view = prompt[:DRAFT_SINK_TOKENS] + prompt[-10:] + [7]
         assert ident == DRAFT and (draft.seqs[0].prefix_len, draft.seqs[0].new_tokens) == (0, view)
@@ -344,7 +399,7 @@ class TestCatchUp:
         drv.submit(GW, wire.Submit(request_id="a", prompt=prompt, params=msgspec.structs.replace(PARAMS, max_tokens=50)))
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0: (4, 2)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (4, 2)
         (ident, _), = drv.start(0.0)
         drv.abort("a")
         index, size = drv.workers.get(DRAFT.hex()).prefix, drv.cfg.prefix_cache_block_size

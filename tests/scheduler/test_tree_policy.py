@@ -10,6 +10,7 @@ from common.tree_budget import AUTO_DEFAULT_SIZE
 from services.scheduler.estimates import SIZES, CostCurve
 from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPLORE_BACKOFF, LOOKUP_EXPLORE_EVERY,
                                              MIN_LOOKUP_ACCEPT, SeqLookup)
+from services.scheduler.makespan import OFF_PATH_VALUE
 from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY,
                                            TreePolicy)
@@ -64,6 +65,16 @@ class TestTreePolicy:
         p.table.expected = lambda si, depth: 0.2
         best, rate, _ = p._modelled_best(1)
         assert best != (0, 0) and rate == pytest.approx(0.012, rel=1e-3)
+
+    def test_a_critical_path_the_draft_predicts_badly_decodes_plainly(self):
+        """A tree modelled 20% faster than plain for the average sequence is not taken when the
+        critical path accepts half as many draft tokens (fit 0.5: 10%, below the margin); the
+        prediction the round is calibrated against still counts every sequence's tokens."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.001), (256, 0.001)))
+        p.table.expected = lambda si, depth: 0.2
+        assert p._modelled_best(2)[0] != (0, 0)
+        best, _, model = p._modelled_best(2, fit=0.5)
+        assert best == (0, 0) and model == (2, False, 2.0, pytest.approx(100.0))
 
     def test_measured_verify_cost_at_this_batch_steers_the_choice(self):
         """A flat start-up curve makes a tree look free at a batch of 8; once rounds there measured
@@ -267,6 +278,14 @@ class TestLookupNodes:
         p, seq = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
         offered = [p.lookup_nodes(1, 8, 4, seq) for _ in range(2 * LOOKUP_EXPLORE_EVERY)]
         assert offered.count(0) == 2 * LOOKUP_EXPLORE_EVERY - 2 and offered.count(8) == 2
+
+    def test_a_request_off_the_critical_path_grafts_only_on_explores(self):
+        """Lookup nodes that are all accepted, on a flat verify curve, are grafted at full worth;
+        at OFF_PATH_VALUE (a request ending before its batch, nothing waiting) only on explore rounds."""
+        p, seq = self.lookup_policy(((1, 100.0), (256, 200.0)), 1.0)
+        assert p.lookup_nodes(4, 8, 4, seq) == 8
+        offered = [p.lookup_nodes(4, 8, 4, seq, value=OFF_PATH_VALUE) for _ in range(2 * LOOKUP_EXPLORE_EVERY)]
+        assert offered.count(8) == 2 and offered.count(0) == 2 * LOOKUP_EXPLORE_EVERY - 2
 
     def test_useless_lookup_explores_back_off(self):
         """While lookup keeps not paying, the rounds that graft it anyway grow rarer (each gap
