@@ -101,25 +101,29 @@ def observe_fits(accepted: list[tuple[DraftFit, int]]) -> None:
         fit.observe(own, mean)
 
 
-def critical_fit(remaining: list[float], fits: list[float], refilled: bool) -> float:
-    """The lowest draft fit (``DraftFit.ratio``) among the sequences with the batch's largest
-    expected remaining tokens, 1.0 when ``refilled`` (every token counts) or for a lone sequence;
-    ``remaining`` and ``fits``: one per sequence, same order."""
+def on_path(remaining: list[float], refilled: bool) -> list[bool] | None:
+    """Per sequence, from their expected remaining tokens (one per sequence, >= 0), whether it is on
+    the critical path (the largest remaining, ties included); None when every token counts:
+    ``refilled`` (a request waits or clients refill) or a lone sequence."""
     if refilled or len(remaining) < 2:
-        return 1.0
+        return None
     top = max(remaining)
-    return min(f for r, f in zip(remaining, fits) if r >= top)
+    return [r >= top for r in remaining]
+
+
+def critical_fit(remaining: list[float], fits: list[float], refilled: bool) -> float:
+    """The lowest draft fit (``DraftFit.ratio``) among the sequences on the critical path
+    (``on_path``), 1.0 when every token counts; ``remaining`` and ``fits``: one per sequence, same order."""
+    path = on_path(remaining, refilled)
+    return 1.0 if path is None else min(f for f, on in zip(fits, path) if on)
 
 
 def path_values(remaining: list[float], refilled: bool) -> list[float]:
-    """Worth of one lookup token to each sequence of a batch, from their expected remaining tokens
-    (``remaining``, one per sequence, >= 0): 1.0 on the critical path (the largest remaining, ties
-    included) and for every sequence when ``refilled`` (a request waits or clients refill), else
-    ``OFF_PATH_VALUE``."""
-    if refilled or len(remaining) < 2:
-        return [1.0] * len(remaining)
-    top = max(remaining)
-    return [1.0 if r >= top else OFF_PATH_VALUE for r in remaining]
+    """Worth of one lookup token to each sequence of a batch: 1.0 on the critical path (``on_path``)
+    and for every sequence when every token counts, else ``OFF_PATH_VALUE``."""
+    path = on_path(remaining, refilled)
+    return [1.0] * len(remaining) if path is None else [1.0 if on else OFF_PATH_VALUE for on in path]
 
 
-__all__ = ["OFF_PATH_VALUE", "REFILL_ROUNDS", "DraftFit", "Refills", "critical_fit", "observe_fits", "path_values"]
+__all__ = ["OFF_PATH_VALUE", "REFILL_ROUNDS", "DraftFit", "Refills", "critical_fit", "observe_fits", "on_path",
+           "path_values"]
