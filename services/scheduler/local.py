@@ -85,7 +85,7 @@ class LocalEngine:
     @property
     def tree_size(self) -> int:
         """Nodes per tree of the latest round (0 = plain decoding)."""
-        return self.driver.shape[0]
+        return self.driver.planner.shape[0]
 
     def submit(self, request_id: str, prompt: list[int], params: wire.SamplingParams) -> None:
         """Queue a request; raises AdmissionError (status 400/429/503 and the reason)."""

@@ -244,7 +244,7 @@ class SchedulerLoop:
                                                slots_total=w.slots_total)
                  for w in workers]
         beats = unique_replicas(beats, [w.key for w in workers])
-        size = self.driver.shape[0]
+        size = self.driver.planner.shape[0]
         ahead = self.driver.ahead
         return wire.Stats(running=len(core.running), waiting=len(core.waiting), num_drafts=core.num_drafts,
                           num_draft_tokens=core.num_draft_tokens, num_accepted_tokens=core.num_accepted,

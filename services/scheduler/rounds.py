@@ -11,49 +11,21 @@ A worker that fails (lost, dropped, timed out) only costs its sequences a re-pre
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from common import wire
 from common.config import Config
 from common.logging import round_event
 from common.tree import TokenTree
-from services.scheduler import candidates
 from services.scheduler.core import AdmissionError, SchedulerCore, Sequence, draft_gap
-from services.scheduler.lengths import OutputLengths
-from services.scheduler.makespan import Refills, critical_fit, observe_fits, path_values
+from services.scheduler.makespan import observe_fits
 from services.scheduler.overlap import Lookahead, overlap_pays
 from services.scheduler.placement import Out, Placer
+from services.scheduler.planning import Planner, Round
 from services.scheduler.tree_policy import TreePolicy
 from services.scheduler.workers import Worker, WorkerRegistry
 
 EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
 MAX_VERIFY_LOSSES = 3  # consecutive rounds a verifier may report a sequence lost before it errors
 VERIFIER_WAIT_FACTOR = 6  # with no verifier, requests wait this many heartbeat timeouts, then fail
-
-
-@dataclass
-class Round:
-    """One round in flight. ``pending``: worker key -> sequence ids awaiting its reply."""
-
-    number: int
-    phase: wire.Role
-    deadline: float  # time.monotonic() seconds
-    seq_ids: list[str]
-    draft_held: dict[str, int]  # draft placement before the round, rolled back to when not committed
-    pending: dict[str, set[str]] = field(default_factory=dict)
-    trees: dict[str, wire.Tree] = field(default_factory=dict)
-    outs: dict[str, wire.VerifyOut] = field(default_factory=dict)
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
-    guessed: int = 0  # sequences whose tree came from the overlap look-ahead (no draft step)
-    # Sequences whose verifier holds nothing yet: their first token comes from the main model's
-    # prefill alone (empty tree), so the draft's prefill and tree stay off the time to first token;
-    # the draft catches up (prefills) in the next round.
-    prefill: set[str] = field(default_factory=set)
-    drafted: set[str] = field(default_factory=set)  # sequences with a draft-model tree (fresh or guessed)
-    grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
-    lookup_offered: set[str] = field(default_factory=set)  # sequences prompt lookup could graft onto this round
-    explorer: str | None = None  # the sequence drafting the policy's explore tree this round
 
 
 class RoundDriver:
@@ -68,14 +40,16 @@ class RoundDriver:
         self.losses: dict[str, int] = {}
         self.current: Round | None = None
         self.round_no = 0
-        self.policy = policy or TreePolicy(cfg)
-        self.shape = self.policy.budget.default_shape()  # (size, depth) of the latest round
+        self.planner = Planner(cfg, log, policy or TreePolicy(cfg))  # the trees (planning.py)
         self.ahead = Lookahead()  # draft/verify overlap (overlap.py)
         self.had_draft = False  # a draft worker joined once: without one now we degrade, not refuse
         self.plain_steps = 0  # sequence rounds verified without a tree while speculative (degraded)
-        self.lengths = OutputLengths()  # finished requests' output lengths: the rounds a catch-up is spread over
-        self.refills = Refills()  # whether freed slots are taken at once (makespan.py)
         self.no_verifier_since: float | None = None
+
+    @property
+    def policy(self) -> TreePolicy:
+        """The tree policy (``tree_policy.py``) the planner applies."""
+        return self.planner.policy
 
     @property
     def speculative(self) -> bool:
@@ -149,20 +123,15 @@ class RoundDriver:
             wait_s = VERIFIER_WAIT_FACTOR * self.cfg.heartbeat_timeout_s
             return self._fail_all(f"no verifier replica for {wait_s:.0f} s") if now - self.no_verifier_since > wait_s else []
         self.no_verifier_since = None
-        self.refills.round_started(len(self.core.admit(self.workers.capacity(wire.Role.VERIFIER))))
+        self.planner.refills.round_started(len(self.core.admit(self.workers.capacity(wire.Role.VERIFIER))))
         seqs = [s for s in self.core.running.values() if self.placer.place(s, wire.Role.VERIFIER)]
         if not seqs:
             return []
-        first = self._prefill_first(seqs)
+        first = self.planner.prefill_first(seqs)
         if first:
             seqs, (size, depth) = first, (0, 0)
         else:
-            fit = critical_fit(self._remaining(seqs), [s.fit.ratio() for s in seqs], self._refilled())
-            size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs), fit=fit)
-            if (size, depth) != self.shape or self.policy.explore_shape is not None:
-                self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
-                              reason=self.policy.last_reason, explore=self.policy.explore_shape)
-                self.shape = (size, depth)
+            size, depth = self.planner.choose(seqs, waiting=bool(self.core.waiting))
         guessed = {s.request_id: t for s in seqs if (t := self.ahead.take(s, size)) is not None}
         self.round_no += 1
         rnd = Round(number=self.round_no, phase=wire.Role.DRAFT, deadline=now + self.step_timeout_s,
@@ -171,7 +140,7 @@ class RoundDriver:
         self.current = rnd
         if not self.cfg.speculate_first_token:
             rnd.prefill = {s.request_id for s in seqs if s.verifier.held == 0}
-        shapes = self._draft_shapes(seqs, rnd, (size, depth))
+        shapes = self.planner.draft_shapes(seqs, rnd, (size, depth))
         groups: dict[str, list[wire.DraftSeq]] = {}
         for s in seqs:
             shape = shapes.get(s.request_id, (0, 0))
@@ -183,51 +152,6 @@ class RoundDriver:
             rnd.pending[key] = {e.seq_id for e in entries}
             out.append((self.workers.get(key).identity, wire.DraftStep(round=rnd.number, seqs=entries)))
         return out if out else self._start_verify(now)
-
-    def _prefill_first(self, seqs: list[Sequence]) -> list[Sequence]:
-        """The sequences whose first token is due (their verifier holds nothing) when others would
-        draft (they speculate, and so did the latest round): they get a round of their own, before
-        the others' next one ([] otherwise). Mixed into a speculative round, a new prompt's first token
-        waited for the others' draft step and tree rows: at 2 HTTP streams time to first token
-        was 968 ms against 721 ms with plain decoding. Prefill first is vLLM V0's default order;
-        it costs the running sequences one more verify pass per arriving prompt."""
-        if not self.speculative or self.cfg.speculate_first_token or self.shape[0] == 0:
-            return []
-        new = [s for s in seqs if s.verifier.held == 0]
-        return new if any(s.params.speculate for s in seqs if s.verifier.held > 0) else []
-
-    def _draft_shapes(self, seqs: list[Sequence], rnd: Round, shape: tuple[int, int]) -> dict[str, tuple[int, int]]:
-        """(size, depth) per sequence that drafts this round: ``shape`` for every speculating one
-        (not guessed, past its prefill); on an explore round the sequence whose draft is least
-        behind drafts the policy's ``explore_shape`` instead (cheapest catch-up)."""
-        wanted = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
-                  and s.request_id not in rnd.prefill]
-        shapes = {s.request_id: shape for s in wanted}
-        explore = self.policy.explore_shape
-        if explore is not None and wanted:
-            rnd.explorer = min(wanted, key=lambda s: s.draft_backlog()).request_id
-            shapes[rnd.explorer] = explore
-        return shapes
-
-    def _remaining(self, seqs: list[Sequence]) -> list[float]:
-        """Tokens each sequence is expected to still generate (``lengths.remaining``)."""
-        return [self.lengths.remaining(len(s.output), s.params.max_tokens - len(s.output)) for s in seqs]
-
-    def _refilled(self) -> bool:
-        """A slot that comes free is taken at once: a request waits, or clients refill (makespan.py)."""
-        return self.refills.refilling or bool(self.core.waiting)
-
-    def _catch_up(self, seqs: list[Sequence]) -> tuple[int, float]:
-        """(tokens the drafts lag beyond one round's worth, mean tokens each is expected to still
-        generate: ``lengths.remaining``) of the speculating sequences past their first token: what
-        a tree round now must prefill first, and over how many tokens that pays off."""
-        spec = [s for s in seqs if s.params.speculate and s.verifier.held > 0]
-        if not spec:
-            return 0, float("inf")
-        per_round = self.policy.max_depth + 1
-        backlog = sum(max(0, s.draft_backlog() - per_round) for s in spec)
-        left = [self.lengths.remaining(len(s.output), s.params.max_tokens - len(s.output)) for s in spec]
-        return backlog, sum(left) / len(left)
 
     def on_draft(self, identity: bytes, res: wire.DraftResult, now: float) -> list[Out]:
         """Collect one draft worker's trees; lost sequences are re-placed (plain step now)."""
@@ -261,7 +185,8 @@ class RoundDriver:
     def _start_verify(self, now: float) -> list[Out]:
         rnd = self.current
         rnd.phase, rnd.deadline = wire.Role.VERIFIER, now + self.step_timeout_s
-        self._graft_lookup(rnd)
+        self.planner.graft_lookup(rnd, [s for sid in rnd.seq_ids if (s := self.core.running.get(sid)) is not None],
+                                  waiting=bool(self.core.waiting))
         groups: dict[str, list[wire.VerifySeq]] = {}
         for sid in rnd.seq_ids:
             seq = self.core.running.get(sid)
@@ -274,31 +199,12 @@ class RoundDriver:
             out.append((self.workers.get(key).identity, wire.VerifyStep(round=rnd.number, seqs=entries)))
         return out + self._send_guesses(rnd, now) if out else self._finish()
 
-    def _graft_lookup(self, rnd: Round) -> None:
-        """Graft prompt-lookup candidates onto each speculating sequence's tree (``candidates.py``),
-        as many nodes as the tree policy finds worth their verify rows for that sequence, its gained
-        tokens valued by whether they shorten the batch's run (``makespan.py``)."""
-        rnd.drafted = set(rnd.trees)
-        seqs = [s for sid in rnd.seq_ids if (s := self.core.running.get(sid)) is not None]
-        for seq, value in zip(seqs, path_values(self._remaining(seqs), self._refilled())):
-            if not seq.params.speculate:
-                continue
-            sid = seq.request_id
-            nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape, seq.lookup, value=value)
-            if nodes == 0:
-                continue
-            rnd.lookup_offered.add(sid)
-            got = candidates.graft_lookup(seq.tokens, rnd.trees.get(sid), self.cfg, nodes, self.policy.budget.max_depth,
-                                          candidates.step_logprob(self.policy, seq.lookup))
-            if got is not None:
-                rnd.trees[sid], rnd.grafts[sid] = got
-
     def _send_guesses(self, rnd: Round, now: float) -> list[Out]:
         """Overlap: while the verifier scores this round's trees, draft the next round's."""
         if not self.overlap():
             return []
         return self.ahead.send(rnd.number + 1, rnd.trees, self.core.running, self.workers, self.policy.budget,
-                               self.shape, now + self.step_timeout_s)
+                               self.planner.shape, now + self.step_timeout_s)
 
     def _on_guess(self, key: str, res: wire.DraftResult) -> list[Out]:
         out: list[Out] = []
@@ -353,13 +259,11 @@ class RoundDriver:
                 seq.draft.rolled_back(rnd.draft_held[sid])
                 continue
             tree = rnd.trees.get(sid, EMPTY_TREE)
-            degraded = (self.speculative and self.shape[0] > 0 and seq.params.speculate and sid not in rnd.drafted
+            degraded = (self.speculative and self.planner.shape[0] > 0 and seq.params.speculate and sid not in rnd.drafted
                         and sid not in rnd.prefill)
             self.plain_steps += int(degraded)
-            drafted = candidates.observe(self.policy, wire.tree_from_wire(tree), rnd.outs[sid].accepted,
-                                         rnd.grafts.get(sid), sid in rnd.lookup_offered, seq.lookup)
-            if sid in rnd.drafted and sid != rnd.explorer:
-                by_draft.append((seq.fit, drafted))
+            fit = self.planner.observe_tree(rnd, seq, wire.tree_from_wire(tree))
+            by_draft += [fit] if fit is not None else []
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)
             accepted.append((seq, len(delta.tokens)))
@@ -368,31 +272,20 @@ class RoundDriver:
                 out.append((gw, delta))
             if delta.finish is not None:
                 if delta.finish in (wire.FinishReason.STOP, wire.FinishReason.LENGTH):
-                    self.lengths.observe(len(seq.output))
+                    self.planner.lengths.observe(len(seq.output))
                 self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output),
                               verify_steps=seq.verify_steps)
                 self.owners.pop(sid, None)
                 out += self._release(seq)
         observe_fits(by_draft)
         if any(seq.finish is not None for seq, _ in accepted):
-            self.refills.finished(others_running=bool(self.core.running))
+            self.planner.refills.finished(others_running=bool(self.core.running))
         nodes = sum(t.tokens.shape[0] for t in rnd.trees.values() if t.tokens.shape)  # tree rows verified
         if not rnd.prefill and accepted:  # a prefill round's cost is the prompt's, not decoding's
-            self._observe_costs(rnd, accepted, nodes)
+            self.planner.observe_costs(rnd, accepted, nodes)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, [n for _, n in accepted],
                     from_guess=rnd.guessed, tree_nodes=nodes, lookup_grafts=len(rnd.grafts))
         return out
-
-    def _observe_costs(self, rnd: Round, committed: list[tuple[Sequence, int]], nodes: int) -> None:
-        """Feed a decode round's ms (``nodes``: tree nodes verified) to the tree policy (verify cost,
-        calibration) and each sequence's tokens over the round's ms to its lookup rates (with or
-        without its grafts)."""
-        tokens, round_ms = sum(n for _, n in committed), rnd.draft_ms + rnd.verify_ms
-        self.policy.observe_verify(len(committed), len(committed) + nodes, rnd.verify_ms)
-        self.policy.observe_round(nodes > 0, tokens, round_ms, 0.0 if rnd.guessed else rnd.draft_ms,
-                                  grafted=bool(rnd.grafts))
-        for seq, n in committed:
-            seq.lookup.rates.observe(len(committed), seq.request_id in rnd.grafts, n, round_ms)
 
     # ---- failures -----------------------------------------------------------------------
     def worker_gone(self, w: Worker, now: float, why: str) -> list[Out]:

@@ -13,7 +13,9 @@ from common.config import Config
 from common.prefix_hash import block_keys
 from services.scheduler.core import DRAFT_SINK_TOKENS, SchedulerCore
 from services.scheduler.makespan import OFF_PATH_VALUE
+from services.scheduler.planning import Planner
 from services.scheduler.rounds import VERIFIER_WAIT_FACTOR, RoundDriver
+from services.scheduler.tree_policy import TreePolicy
 from services.scheduler.workers import WorkerRegistry
 
 DRAFT, VERIFIER, GW = b"d", b"v", b"gw"
@@ -223,8 +225,7 @@ class TestPrefillRound:
         drv = driver(draft=True)
         if off == "tree_size 0":
             drv.cfg = dataclasses.replace(drv.cfg, tree_size=0)
-            drv.policy = type(drv.policy)(drv.cfg)
-            drv.shape = drv.policy.budget.default_shape()
+            drv.planner = Planner(drv.cfg, drv.log, TreePolicy(drv.cfg))
         params = msgspec.structs.replace(PARAMS, speculate=off != "request")
         drv.submit(GW, wire.Submit(request_id="a", prompt=[1, 2, 3], params=params))
         (_, step), = drv.start(0.0)
@@ -337,7 +338,7 @@ class TestCatchUp:
         mean residual length (at most its max_tokens budget), not the budget."""
         drv = driver(draft=True)
         for n in (10, 10, 10, 20):
-            drv.lengths.observe(n)
+            drv.planner.lengths.observe(n)
         params = msgspec.structs.replace(PARAMS, max_tokens=100)
         drv.submit(GW, wire.Submit(request_id="a", prompt=list(range(1, 31)), params=params))
         (_, step), = drv.start(0.0)
@@ -355,7 +356,7 @@ class TestCatchUp:
         for bonus in range(5, 5 + PARAMS.max_tokens):
             (_, step), = drv.start(0.0)
             drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=bonus)}), 0.0)
-        assert list(drv.lengths.lengths) == [PARAMS.max_tokens]
+        assert list(drv.planner.lengths.lengths) == [PARAMS.max_tokens]
 
     def test_stopped_requests_are_learned_aborted_ones_are_not(self):
         """An EOS finish adds its length; a request the client aborted adds nothing (its length says nothing about answers)."""
@@ -370,7 +371,7 @@ class TestCatchUp:
         drv.abort("gone")
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"eos": wire.VerifyOut(accepted=[], bonus=99)}), 0.0)
-        assert list(drv.lengths.lengths) == [2]
+        assert list(drv.planner.lengths.lengths) == [2]
 
     def test_a_long_prompt_reaches_the_draft_as_sink_plus_window(self):
         """With ``draft_context_window`` set, the draft's catch-up step carries the prompt's first

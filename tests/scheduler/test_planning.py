@@ -1,0 +1,78 @@
+"""Tests for the round's tree planning (services/scheduler/planning.py), on hand-built sequences."""
+
+from __future__ import annotations
+
+from common import wire
+from common.config import Config
+from common.tree import TokenTree
+from services.scheduler.core import Sequence
+from services.scheduler.planning import Planner, Round
+from services.scheduler.tree_policy import TreePolicy
+
+PARAMS = wire.SamplingParams(max_tokens=32, ignore_eos=True)
+
+
+class NullLog:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def planner() -> Planner:
+    cfg = Config(tree_size=4, max_accept_length=4, max_model_len=160)
+    return Planner(cfg, NullLog(), TreePolicy(cfg))
+
+
+def seq(rid: str, verified: int, drafted: int, output: int = 2) -> Sequence:
+    """A sequence with a 6-token prompt and ``output`` tokens, ``verified`` / ``drafted`` of which
+    its verifier / draft holds in KV."""
+    s = Sequence(request_id=rid, prompt=[5, 6, 7, 8, 9, 10], params=PARAMS, eos_ids=frozenset(), seed=0,
+                 output=[11, 12, 13][:output])
+    s.verifier.held, s.draft.held = verified, drafted
+    return s
+
+
+def new_round(seqs: list[Sequence]) -> Round:
+    return Round(number=1, phase=wire.Role.DRAFT, deadline=0.0, seq_ids=[s.request_id for s in seqs],
+                 draft_held={s.request_id: s.draft.held for s in seqs})
+
+
+class TestPrefillFirst:
+    def test_a_new_prompt_gets_a_round_of_its_own_while_others_speculate(self):
+        """A sequence whose verifier holds nothing is split off into its own round when a running one speculates."""
+        new, old = seq("new", 0, 0, output=0), seq("old", 8, 8)
+        assert planner().prefill_first([old, new]) == [new]
+
+    def test_after_a_plain_round_new_prompts_share_the_round(self):
+        """When the latest round decoded plainly (shape size 0) a new prompt joins the others' round."""
+        p = planner()
+        p.shape = (0, 0)
+        assert p.prefill_first([seq("old", 8, 8), seq("new", 0, 0, output=0)]) == []
+
+
+class TestDraftShapes:
+    def test_the_least_behind_sequence_drafts_the_explore_tree(self):
+        """On an explore round the speculating sequence with the smallest draft backlog drafts the
+        explore shape and is the round's explorer; guessed and prefilling sequences do not draft."""
+        p = planner()
+        p.policy.explore_shape = (8, 4)
+        behind, level = seq("behind", 8, 2), seq("level", 8, 7)
+        guessed, prefill = seq("guessed", 8, 8), seq("prefill", 0, 0, output=0)
+        rnd = new_round([behind, level, guessed, prefill])
+        rnd.trees["guessed"] = wire.tree_to_wire(TokenTree.empty())
+        rnd.prefill.add("prefill")
+        shapes = p.draft_shapes([behind, level, guessed, prefill], rnd, (4, 2))
+        assert shapes == {"behind": (4, 2), "level": (8, 4)} and rnd.explorer == "level"
+
+
+class TestObserveTree:
+    def test_only_non_explore_draft_trees_feed_the_draft_fit(self):
+        """observe_tree returns (fit, draft tokens accepted) for a draft-model tree, and None for the
+        explore tree and for a tree that had no draft-model part."""
+        p = planner()
+        a, b, c = seq("a", 8, 8), seq("b", 8, 8), seq("c", 8, 8)
+        rnd = new_round([a, b, c])
+        rnd.drafted, rnd.explorer = {"a", "b"}, "b"
+        tree = TokenTree.build([1], [-1])
+        rnd.outs = {sid: wire.VerifyOut(accepted=[0], bonus=9) for sid in ("a", "b", "c")}
+        got = [p.observe_tree(rnd, s, tree) for s in (a, b, c)]
+        assert got == [(a.fit, 1), None, None]
