@@ -8,7 +8,8 @@ on the 2-core AMD EPYC Zen 5 host (BENCHMARKS.md), while on the 2-core Intel Xeo
 about 1,000 tokens (20.8 vs 22.4 ms). A fixed column limit is right on one of them only, so the
 worker times one pass of one sequence's ``rows`` rows of its own model after each column count of
 ``COLUMN_LADDER`` with both kernels (random KV contents: the cost does not depend on them) and keeps
-the C++ kernel up to the last count before SDPA first wins (``choose_max_cols``). Those limits are
+the C++ kernel up to the last count before SDPA first wins (``choose_max_cols``; a win of SDPA is
+timed twice, ``_confirmed``). Those limits are
 ``DecoderModel.exact_limits``; a pass of several sequences also keeps the limits the model was built
 with (``exact_batch_limits``): SDPA pads every segment of a batch to the longest one, which a
 one-sequence probe does not see (7 decodes + one 17-row tree after 1,500 tokens: 471 ms with SDPA,
@@ -34,7 +35,7 @@ from common.modeling.kernel_probe import (Timer, cpu_model, fastest_of, host_was
 COLUMN_LADDER = (512, 1024, 2048, 4096)  # KV columns before a timed pass
 PROBE_REPS = 2  # timed runs per (rows, columns, kernel) after one warm-up; the fastest counts
 PROBE_BUDGET_S = 40.0  # past this the probe gives up (10 s for the bf16 1.5B main on the 2-core AMD host)
-ATTENTION_VERSION = 1  # bump when the probe or its key change: old cache files are ignored
+ATTENTION_VERSION = 2  # bump when the probe or its key change: old cache files are ignored
 
 Limits = tuple[tuple[int, "int | None"], ...]  # ((max rows, max KV columns or None: any), ...), DecoderModel.exact_limits
 
@@ -107,14 +108,26 @@ def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN
             for cols in ladder:
                 if time.perf_counter() > deadline:
                     return out, False
-                best = _time_both(model, _pass(model, cache, slot, cols, r), (r, str(cols)), timer, reps)
-                best = {arm: round(ms, 3) for arm, ms in best.items()}  # compared as stored (choose_max_cols)
+                best = _confirmed(model, _pass(model, cache, slot, cols, r), (r, str(cols)), timer, reps)
                 out.update({f"{r}/{cols}/{arm}": ms for arm, ms in best.items()})
                 if best["exact"] > best["sdpa"]:
                     break
     finally:
         model.exact_limits = saved
     return out, True
+
+
+def _confirmed(model, run, label: tuple[int, str], timer: Timer, reps: int) -> dict[str, float]:
+    """``_time_both``, rounded as stored (``choose_max_cols`` compares the stored values); where SDPA
+    wins (the row count stops there) timed once more, each kernel's fastest of both rounds counting. On
+    the 2-core AMD EPYC Zen 4 host one probe timed a 16-row main pass at 280 ms with the C++ kernel
+    against 195 with SDPA and routed 2-16-row passes to SDPA for good; re-timed in one process, turn
+    about, the C++ kernel was the faster at 5-16 rows (99.6 vs 104.8 ms at 5, 184.5 vs 188.6 at 16)."""
+    best = {arm: round(ms, 3) for arm, ms in _time_both(model, run, label, timer, reps).items()}
+    if best["exact"] > best["sdpa"]:
+        again = _time_both(model, run, label, timer, reps)
+        best = {arm: min(ms, round(again[arm], 3)) for arm, ms in best.items()}
+    return best
 
 
 def _time_both(model, run, label: tuple[int, str], timer: Timer, reps: int) -> dict[str, float]:

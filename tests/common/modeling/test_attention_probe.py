@@ -119,6 +119,24 @@ class TestProbe:
         assert complete and {c[2] for c in calls} == {"512", "1024", "2048"}
         assert "4/4096/exact" not in timings and "4/2048/sdpa" in timings
 
+    def test_an_sdpa_win_is_timed_twice(self):
+        """Where SDPA wins, that (rows, columns) pair is timed a second round (warm-up and reps again) before the row count stops."""
+        calls = []
+        probe_timings(_model(), (4,), timer=fake_timer(calls, 1024), reps=2)
+        assert [c[2] for c in calls].count("2048") == 2 * 2 * 3 and [c[2] for c in calls].count("1024") == 2 * 3
+
+    def test_one_slow_round_of_the_kernel_does_not_stop_the_row_count(self):
+        """A C++ kernel timed slow in the first round only (a slow phase of the host) keeps its limit: the second round's fastest counts."""
+        seen = []
+
+        def timer(label, fn):
+            arm, _, cols = label
+            seen.append(label)
+            slow = arm == "exact" and cols == "1024" and seen.count(label) <= 3  # its warm-up and 2 reps
+            return 2.0 if arm == "sdpa" else (3.0 if slow else 1.0)
+        plan = measure(_model(), (4,), None, timer=timer)
+        assert plan.limits == ((4, None),) and plan.timings["4/1024/exact"] == 1.0
+
     def test_out_of_time_keeps_the_built_limits_uncached(self, tmp_path):
         """A probe past its time budget leaves the model's limits as built and writes no cache file."""
         model = _model()
