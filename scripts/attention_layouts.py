@@ -26,7 +26,7 @@ from common.modeling.runner import forward_segments
 from treespec.bench_llamacpp import cpu_model
 from treespec.engine import load_pair
 
-LAYOUTS = (("1x1", (1,)), ("1x16", (16,)), ("8x1", (1,) * 8), ("8x2", (2,) * 8), ("8x3", (3,) * 8),
+LAYOUTS = (("1x1", (1,)), ("1x5", (5,)), ("1x9", (9,)), ("1x16", (16,)), ("8x1", (1,) * 8), ("8x2", (2,) * 8), ("8x3", (3,) * 8),
            ("7x1+1x9", (1,) * 7 + (9,)), ("7x1+1x17", (1,) * 7 + (17,)), ("1x33", (33,)), ("1x65", (65,)))
 
 
