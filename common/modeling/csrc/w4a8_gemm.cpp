@@ -93,7 +93,7 @@ static inline void add_group(float* o, __m512i a, __m512 sc, __m512 lo, __m512 x
 // out[i][0:64] += groups [g0, g0 + gn) of R rows (p rows of length K, chunk-relative pointers)
 template <int R>
 static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, const float* xs,
-                  const float* xsum, int64_t groups, int64_t gn, float* out) {
+                  const float* xsum, int64_t groups, int64_t gn, float* out, const char* pf, int pf_lines) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
   for (int64_t g = 0; g < gn; ++g) {
     __m512i a[R][4];
@@ -101,6 +101,7 @@ static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, 
     for (int64_t o = 0; o < W_GROUP / 8; ++o, w += 4 * 64) {
       __m512i lo[4], hi[4];
       for (int v = 0; v < 4; ++v) _mm_prefetch((const char*)(w + W_PREFETCH + v * 64), _MM_HINT_T0);
+      for (int j = 0; j < pf_lines; ++j, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);  // the next chunk, into L2
       for (int v = 0; v < 4; ++v) {
         const __m512i b = _mm512_loadu_si512((const void*)(w + v * 64));
         lo[v] = _mm512_and_si512(b, nib);
@@ -131,7 +132,7 @@ static const int W_MB = 4;  // rows per register block: 16 int32 accumulators + 
 #define W4A8_VARIANT "portable"
 template <int R>
 static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, const float* xs,
-                  const float* xsum, int64_t groups, int64_t gn, float* out) {
+                  const float* xsum, int64_t groups, int64_t gn, float* out, const char*, int) {
   for (int64_t g = 0; g < gn; ++g) {
     int32_t a[R][W_PANEL] = {};
     for (int64_t o = 0; o < W_GROUP / 8; ++o, w += 4 * 64)
@@ -160,23 +161,30 @@ static const int W_MB = 1;
 extern "C" const char* treespec_w4a8_variant() { return W4A8_VARIANT; }
 
 // Rows [m0, m1) of one panel (codes, scales/lows s) by the micro kernel: out[m][0:64] += their sums.
+// With several row blocks, the first streams a chunk and the rest compute from cache; each block
+// also prefetches its share of the next chunk's codes into L2, so that DRAM keeps streaming while
+// they compute (packed_gemm.cpp's panel_rows does the same for bf16).
 static void vnni_rows(const int8_t* p, const float* xs, const float* xsum, const uint8_t* panel, const bf16* s,
                       int64_t K, int64_t m0, int64_t m1, float* out) {
-  const int64_t groups = K / W_GROUP;
+  const int64_t groups = K / W_GROUP, blocks = (m1 - m0 + W_MB - 1) / W_MB;
   for (int64_t k0 = 0; k0 < K; k0 += W_KC) {
-    const int64_t g0 = k0 / W_GROUP, gn = std::min(W_KC, K - k0) / W_GROUP;
+    const int64_t g0 = k0 / W_GROUP, gn = std::min(W_KC, K - k0) / W_GROUP, steps = gn * (W_GROUP / 8);
     const uint8_t* w = panel + k0 / 2 * W_PANEL;
     const bf16* sg = s + g0 * 2 * W_PANEL;
-    int64_t m = m0;
-    for (; m + W_MB <= m1; m += W_MB)
-      micro<W_MB>(p + m * K + k0, K, w, sg, xs + m * groups + g0, xsum + m * groups + g0, groups, gn, out + m * W_PANEL);
+    const int per = blocks > 1 ? (int)((gn * W_GROUP / 2 + blocks * steps - 1) / (blocks * steps)) : 0;  // lines
+    const char* next = reinterpret_cast<const char*>(w + gn * W_GROUP / 2 * W_PANEL);
+    int64_t m = m0, block = 0;
+    for (; m + W_MB <= m1; m += W_MB, ++block)
+      micro<W_MB>(p + m * K + k0, K, w, sg, xs + m * groups + g0, xsum + m * groups + g0, groups, gn,
+                  out + m * W_PANEL, next + block * per * steps * 64, per);
     const int8_t* pr = p + m * K + k0;
     const float *xr = xs + m * groups + g0, *sr = xsum + m * groups + g0;
     float* orow = out + m * W_PANEL;
+    const char* pf = next + block * per * steps * 64;
     switch (m1 - m) {  // the remainder as one block: every code is split once per block
-      case 3: micro<3>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
-      case 2: micro<2>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
-      case 1: micro<1>(pr, K, w, sg, xr, sr, groups, gn, orow); break;
+      case 3: micro<3>(pr, K, w, sg, xr, sr, groups, gn, orow, pf, per); break;
+      case 2: micro<2>(pr, K, w, sg, xr, sr, groups, gn, orow, pf, per); break;
+      case 1: micro<1>(pr, K, w, sg, xr, sr, groups, gn, orow, pf, per); break;
       default: break;
     }
   }
