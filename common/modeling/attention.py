@@ -69,6 +69,16 @@ def build_batch(prefix_lens: list[int], pending: list[list[int]], trees_tokens: 
     return torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(mask)
 
 
+def tree_attention_for(mask: torch.Tensor, cache: KVCache, slots: list[int]):
+    """The attention callable of one forward pass (arguments as :func:`tree_attention`'s): on CUDA a
+    ``triton_attention.TritonTreeAttention``, whose mask compaction every layer shares, else
+    :func:`tree_attention`. ``mask``: ``[B, 1, T, S]`` bool on the model's device."""
+    if mask.is_cuda:
+        from common.modeling.triton_attention import TritonTreeAttention
+        return TritonTreeAttention(mask, cache, slots)
+    return tree_attention
+
+
 def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int],
                    mask: torch.Tensor) -> torch.Tensor:
     """Attention of new queries over each slot's cached rows.
@@ -155,4 +165,4 @@ class ExactAttention:
 
 
 __all__ = ["ROOT", "ExactAttention", "build_batch", "segment_mask", "segment_positions", "tree_attention",
-           "visible_columns"]
+           "tree_attention_for", "visible_columns"]

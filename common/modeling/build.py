@@ -31,9 +31,8 @@ def draft_model(cfg: Config) -> tuple[DecoderModel, object]:
         weights = quantize_main_weights(weights, "int8", DTYPES[cfg.dtype])  # same scheme as an int8 main
     head_ids = None
     if 0 < cfg.draft_vocab_size < spec.vocab_size:
-        head_ids = torch.arange(cfg.draft_vocab_size, device=cfg.device)
-        specials = _special_ids(tok, spec.vocab_size)
-        head_ids = torch.unique(torch.cat([head_ids, torch.tensor(specials, dtype=torch.long)]))
+        specials = torch.tensor(_special_ids(tok, spec.vocab_size), dtype=torch.long)
+        head_ids = torch.unique(torch.cat([torch.arange(cfg.draft_vocab_size), specials])).to(cfg.device)  # [K] int64
     weights = {k: v.to(cfg.device) for k, v in weights.items()}  # tensors and Int4Weights
     model = DecoderModel(spec, weights, DTYPES[cfg.dtype], cfg.device, head_ids)
     if cfg.draft_quantization != "none" and cfg.device == "cpu" and cfg.dtype == "bfloat16":

@@ -1,10 +1,21 @@
-"""Physical identities of the devices a worker computes on (for ``overlap = auto``), and
-the hot paths' one device-to-host transfer (``to_host``)."""
+"""Physical identities of the devices a worker computes on (for ``overlap = auto``),
+the hot paths' one device-to-host transfer (``to_host``) and the sync before a timing
+(``synchronize``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait until every kernel queued on ``device`` has run (no-op off CUDA).
+
+    A wall-clock timing of GPU work reads the clock only after this: kernel launches
+    return before the kernels run, so without it a timing measures launch cost.
+    """
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def device_ids(device: str, count: int = 1) -> list[str]:

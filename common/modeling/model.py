@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from common.modeling import fused_ops
-from common.modeling.attention import ExactAttention, tree_attention
+from common.modeling.attention import ExactAttention, tree_attention_for
 from common.modeling.kv_cache import KVCache
 from common.modeling.native_forward import NativeForward
 from common.modeling.quant import Int4Weight, Int8Weight
@@ -188,7 +188,8 @@ class DecoderModel:
             if out is not None:
                 out = out.view(x.shape)
                 return out if rag is None else rag.unpack(out)
-        attend = ExactAttention(self.exact_lib, mask, slots, cache.max_len) if exact else tree_attention
+        attend = (ExactAttention(self.exact_lib, mask, slots, cache.max_len) if exact
+                  else tree_attention_for(mask, cache, slots))  # built once, shared by the layers
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):
             x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask, rag, attend)
@@ -206,8 +207,8 @@ class DecoderModel:
     def _block(self, i: int, x, delta, cos, sin, cache: KVCache, slots, starts, mask, rag: Ragged | None, attend):
         """One pre-norm transformer block on the residual stream ``x + delta`` (``[B, T, H]``,
         or ``[1, N, H]`` packed by ``rag``); returns (its input residual stream, its MLP output),
-        whose sum is the block's output. ``attend``: :func:`tree_attention` or this forward's
-        :class:`ExactAttention`."""
+        whose sum is the block's output. ``attend``: this forward's attention callable (``attention.tree_attention_for``)
+        or its :class:`ExactAttention`."""
         w, s, ops = self.w, self.spec, self.ops
         B, T, _ = x.shape
         x, h = ops.add_rms_norm(x, delta, w[f"layers.{i}.in_norm"], s.rms_eps)

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from common.modeling.attention import build_batch
+from common.modeling.devices import synchronize
 from common.modeling.kv_cache import KVCache
 from common.modeling.model import DecoderModel
 
@@ -70,8 +71,10 @@ def measure_forward_ms(model: DecoderModel, cache: KVCache, grid: tuple[int, ...
             tree = np.arange(1, t, dtype=np.int64), np.arange(-1, t - 2, dtype=np.int32)
             times = []
             for _ in range(reps):
+                synchronize(model.device)  # on a GPU: time this pass's kernels, not the last one's
                 t0 = clock()
                 forward_segments(model, cache, [slot], [[1]], [tree[0]], [tree[1]])
+                synchronize(model.device)
                 times.append((clock() - t0) * 1e3)
             out.append((t, float(min(times))))  # least-disturbed run
         return out

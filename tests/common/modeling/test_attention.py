@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.modeling.attention import build_batch, segment_mask, segment_positions, visible_columns
+from common.modeling.attention import (build_batch, segment_mask, segment_positions, tree_attention, tree_attention_for,
+                                      visible_columns)
 from common.modeling.runner import PREFILL_ALONE, batches, forward_segments
 from common.tree import ROOT, path_to
 
@@ -177,3 +178,10 @@ class TestExactAttention:
         cache, slots, mask, q = _cache_pair(torch.float32)
         with pytest.raises(ValueError, match="bf16 or fp32"):
             ExactAttention(library(), mask, slots, cache.max_len)(q.half(), cache, 0, slots, mask)
+
+
+def test_cpu_passes_attend_by_tree_attention():
+    """A forward pass whose mask is on the CPU attends by tree_attention (SDPA); only a CUDA mask
+    builds the Triton kernel's per-pass state (covered by test_triton_attention's model case)."""
+    _, _, mask = build_batch([0], [[1]], [np.array([2, 3])], [np.array([-1, 0], np.int32)])
+    assert tree_attention_for(mask, None, [0]) is tree_attention

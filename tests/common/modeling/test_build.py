@@ -6,7 +6,7 @@ import torch
 
 from common import wire
 from common.config import Config
-from common.modeling.build import MAIN_EXACT_MAX_ROWS, main_model
+from common.modeling.build import MAIN_EXACT_MAX_ROWS, draft_model, main_model
 from common.modeling.native import PackedWeight, cpu_has, library
 from common.modeling.quant import Int4Weight, Int8Weight
 from services.draft.runner import DraftRunner
@@ -244,3 +244,14 @@ class TestDraftHead:
         h = torch.randn(5, quant.spec.hidden_size).bfloat16()
         ref, got = dense.logits(h), quant.logits(h)
         assert got.shape == ref.shape and float((got - ref).abs().max() / ref.abs().max()) < (0.15 if w4a8 else 0.03)  # measured 0.10-0.11 / under 0.03
+
+
+def test_draft_head_ids_live_on_the_configured_device():
+    """The draft's restricted LM head (draft_vocab_size + special ids) is built on cfg.device: on an
+    H200 the draft worker failed at start joining CPU special ids to device ids ('meta' stands in
+    for the GPU here; it checks devices without computing)."""
+    cfg = Config(draft_model_path="tiny-random:0", main_model_path="tiny-random:0", device="meta",
+                 dtype="float32", draft_vocab_size=1000)
+    model, _ = draft_model(cfg)
+    assert model.head_ids.device.type == "meta" and model.head_weight.device.type == "meta"
+    assert model.head_ids.shape[0] > 1000  # the first 1000 ids plus the tokenizer's special tokens

@@ -1,4 +1,4 @@
-"""Device ids a worker reports for overlap = auto; the hot paths' one host transfer."""
+"""Device ids a worker reports for overlap = auto; the hot paths' one host transfer; the sync before a timing."""
 
 from types import SimpleNamespace
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.modeling.devices import device_ids, to_host
+from common.modeling.devices import device_ids, synchronize, to_host
 
 
 def test_cpu_is_one_shared_id():
@@ -86,3 +86,13 @@ class TestHotPathsUseOneTransfer:
                            history=[1, 2], banned=[9], ban_depth=2) for k, p in params.items()]))
         assert set(vres.outs) == {"g", "s"} and not vres.lost
         assert len(vres.outs["g"].logprobs) == len(vres.outs["g"].accepted) + 1
+
+
+def test_synchronize_waits_only_on_cuda(monkeypatch):
+    """synchronize calls torch.cuda.synchronize for a CUDA device and nothing for the CPU."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    synchronize("cpu")
+    assert calls == []
+    synchronize("cuda:1")
+    assert calls == ["cuda:1"]

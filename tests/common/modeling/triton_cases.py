@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 from common.modeling.attention import build_batch, tree_attention  # noqa: E402
 from common.modeling.kv_cache import KVCache  # noqa: E402
-from common.modeling.triton_attention import tree_attention_triton  # noqa: E402
+from common.modeling.triton_attention import TritonTreeAttention, tree_attention_triton  # noqa: E402
 
 HEAD_DIM = 32
 KV_HEADS = 2
@@ -66,8 +66,8 @@ def run_case(name: str, seed: int, dtype, ratio: int, prefix: list[int], pending
 
 
 def model_case() -> dict:
-    """Tiny model: a padded 2-sequence forward through the kernel (on DEVICE) equals the
-    SDPA forward on the CPU."""
+    """Tiny model: a padded 2-sequence forward through the kernel (on DEVICE; one
+    TritonTreeAttention shared by both layers) equals the SDPA forward on the CPU."""
     import common.modeling.model as model_mod
     from common.modeling.loader import load_model
     from common.modeling.runner import forward_segments
@@ -75,12 +75,14 @@ def model_case() -> dict:
     parents = [random_parents(rng, 6), random_parents(rng, 2)]
     trees = [rng.integers(0, 1000, len(p)) for p in parents]
     hidden = {}
-    for name, attn, dev in (("sdpa", tree_attention, "cpu"), ("triton", tree_attention_triton, DEVICE)):
-        model_mod.tree_attention = attn  # on CUDA tree_attention itself dispatches to the kernel
+    pick = model_mod.tree_attention_for  # on CUDA it picks TritonTreeAttention itself
+    for name, attn, dev in (("sdpa", lambda mask, cache, slots: tree_attention, "cpu"),
+                            ("triton", TritonTreeAttention, DEVICE)):
+        model_mod.tree_attention_for = attn
         model, _ = load_model("tiny-random:0", "float32", dev)
         out = forward_segments(model, model.new_cache(2, 64), [0, 1], [[1, 2, 3, 4], [5]], trees, parents)
         hidden[name] = [h.cpu() for h in out]
-    model_mod.tree_attention = tree_attention
+    model_mod.tree_attention_for = pick
     err = max(float((a - b).abs().max()) for a, b in zip(hidden["sdpa"], hidden["triton"]))
     return {"name": "model", "dtype": "torch.float32", "err": err, "tol": 1e-4, "finite": True, "zero_rows": True}
 
