@@ -85,16 +85,13 @@ def event_curve(model: DecoderModel, prefix: int, reps: int) -> dict[int, float]
 
 def measure(model: DecoderModel, prefix: int, reps: int) -> dict:
     """synced / launch_only (runner.measure_forward_ms, fastest of reps) and events curves, ms."""
-    runner.COST_PREFIX, saved = prefix, runner.COST_PREFIX
+    size = prefix + max(GRID) + 1
+    synced = runner.measure_forward_ms(model, model.new_cache(1, size), GRID, reps, prefix_len=prefix)
+    sync, runner.synchronize = runner.synchronize, lambda device: None  # the clock before the sync was added
     try:
-        synced = runner.measure_forward_ms(model, model.new_cache(1, prefix + max(GRID) + 1), GRID, reps)
-        sync, runner.synchronize = runner.synchronize, lambda device: None
-        try:
-            launch = runner.measure_forward_ms(model, model.new_cache(1, prefix + max(GRID) + 1), GRID, reps)
-        finally:
-            runner.synchronize = sync
+        launch = runner.measure_forward_ms(model, model.new_cache(1, size), GRID, reps, prefix_len=prefix)
     finally:
-        runner.COST_PREFIX = saved
+        runner.synchronize = sync
     return {"prefix": prefix, "synced": {t: round(ms, 3) for t, ms in synced},
             "launch_only": {t: round(ms, 3) for t, ms in launch}, "events": event_curve(model, prefix, reps)}
 

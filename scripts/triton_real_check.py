@@ -32,8 +32,13 @@ from common.modeling import model as model_module  # noqa: E402
 from common.modeling.attention import tree_attention as sdpa_attention  # noqa: E402
 from treespec.engine import build_local_engine  # noqa: E402
 from common.modeling.runner import forward_segments  # noqa: E402
-from common.modeling.triton_attention import tree_attention_triton  # noqa: E402
+from common.modeling.triton_attention import TritonTreeAttention  # noqa: E402
 from treespec.bench_data import load_prompts  # noqa: E402
+
+
+def sdpa_for(mask, cache, slots):
+    """The CPU attention path for every layer of one forward pass (as ``attention.tree_attention_for``)."""
+    return sdpa_attention
 
 
 def generate(engine, tok, prompts, n: int) -> tuple[list[list[int]], float]:
@@ -53,8 +58,8 @@ def one_pass_diff(engine, prompt: list[int]) -> float:
     tree = wire.tree_from_wire(draft.trees["probe"])
     main = engine.verifier.model
     logits = []
-    for attend in (sdpa_attention, tree_attention_triton):
-        model_module.tree_attention = attend
+    for attend in (sdpa_for, TritonTreeAttention):
+        model_module.tree_attention_for = attend
         cache = main.new_cache(1, len(prompt) + 64)
         slot = cache.allocate()
         h = forward_segments(main, cache, [slot], [prompt], [tree.tokens], [tree.parents])[0]
@@ -70,9 +75,9 @@ def main() -> int:
     cfg = load_config(None, {"dtype": "float32", "draft_quantization": "none"})
     engine, tok = build_local_engine(cfg, slots=2, tree=(16, 6))
     prompts = [tok.encode(p.text) for p in load_prompts("humaneval", args.prompts)]
-    model_module.tree_attention = sdpa_attention
+    model_module.tree_attention_for = sdpa_for
     ref, ref_s = generate(engine, tok, prompts, args.tokens)
-    model_module.tree_attention = tree_attention_triton
+    model_module.tree_attention_for = TritonTreeAttention
     tri, tri_s = generate(engine, tok, prompts, args.tokens)
     diff = one_pass_diff(engine, prompts[0])
     print(json.dumps({"prompts": len(prompts), "tokens": args.tokens, "identical": ref == tri,

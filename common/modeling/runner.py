@@ -49,9 +49,9 @@ COST_PREFIX = 64  # committed tokens in the scratch sequence while timing
 
 
 def measure_forward_ms(model: DecoderModel, cache: KVCache, grid: tuple[int, ...] = COST_GRID,
-                       reps: int = 3, clock=None) -> list[tuple[int, float]]:
+                       reps: int = 3, clock=None, prefix_len: int = COST_PREFIX) -> list[tuple[int, float]]:
     """Time one forward over T tokens (1 pending + a chain of T - 1 tree nodes) after a
-    short prefix, for each T in ``grid`` that fits; fastest of ``reps`` runs, in ms.
+    ``prefix_len``-token prefix, for each T in ``grid`` that fits; fastest of ``reps`` runs, in ms.
 
     Uses a scratch slot, freed afterwards. Raises CacheFullError if no slot is free.
     ``clock``: seconds function (default ``time.perf_counter``; ``time.process_time`` on a
@@ -61,12 +61,12 @@ def measure_forward_ms(model: DecoderModel, cache: KVCache, grid: tuple[int, ...
     clock = clock or time.perf_counter
     slot = cache.allocate()
     try:
-        prefix = [int(t) for t in torch.randint(0, model.spec.vocab_size, (COST_PREFIX,))]
+        prefix = [int(t) for t in torch.randint(0, model.spec.vocab_size, (prefix_len,))]
         forward_segments(model, cache, [slot], [prefix], [np.zeros(0, np.int64)], [np.zeros(0, np.int32)])
-        cache.commit(slot, list(range(COST_PREFIX)))
+        cache.commit(slot, list(range(prefix_len)))
         out = []
         for t in grid:
-            if COST_PREFIX + t > cache.max_len:
+            if prefix_len + t > cache.max_len:
                 break
             tree = np.arange(1, t, dtype=np.int64), np.arange(-1, t - 2, dtype=np.int32)
             times = []

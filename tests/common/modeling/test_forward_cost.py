@@ -15,13 +15,15 @@ def model():
 
 
 def test_curve_covers_the_grid_that_fits_and_frees_its_slot(model):
-    """One positive time per grid size that fits after the 64-token prefix, in grid order, and
-    the scratch slot is free again afterwards."""
+    """One positive time per grid size that fits after the prefix (64 tokens by default), in grid
+    order, and the scratch slot is free again afterwards."""
     cache = model.new_cache(1, runner.COST_PREFIX + 16)
     curve = runner.measure_forward_ms(model, cache, grid=(1, 4, 16, 32), reps=2)
     assert [t for t, _ in curve] == [1, 4, 16]
     assert all(ms > 0 for _, ms in curve)
     assert cache.allocate() == 0  # the only slot was given back
+    cache.free(0)
+    assert [t for t, _ in runner.measure_forward_ms(model, cache, (1, 8, 16), 1, prefix_len=70)] == [1, 8]
 
 
 def test_every_timed_pass_waits_for_the_device(model, monkeypatch):
