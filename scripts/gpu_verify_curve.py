@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from common.modeling import runner  # noqa: E402
 from common.modeling.model import DecoderModel, ModelSpec  # noqa: E402
+from common.modeling.tiny import tiny_weights  # noqa: E402
 
 SHAPES = {  # Qwen2.5-Coder-1.5B / -0.5B (their GGUF files' hyperparameters)
     "qwen2.5-1.5b": ModelSpec(vocab_size=151936, hidden_size=1536, num_layers=28, num_heads=12, num_kv_heads=2,
@@ -43,22 +44,9 @@ GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def random_model(spec: ModelSpec, device: str) -> DecoderModel:
-    """bf16 weights with treespec's names (see tiny.tiny_weights), N(0, 0.02), made on ``device``."""
-    H, D, I = spec.hidden_size, spec.head_dim, spec.intermediate_size
-    qkv = (spec.num_heads + 2 * spec.num_kv_heads) * D
-
-    def rnd(*shape):
-        return torch.randn(*shape, device=device, dtype=torch.bfloat16) * 0.02
-
-    w = {"embed": rnd(spec.vocab_size, H), "norm": torch.ones(H, dtype=torch.bfloat16, device=device),
-         "lm_head": rnd(spec.vocab_size, H)}
-    for i in range(spec.num_layers):
-        w |= {f"layers.{i}.qkv.weight": rnd(qkv, H), f"layers.{i}.qkv.bias": rnd(qkv),
-              f"layers.{i}.o.weight": rnd(H, spec.num_heads * D), f"layers.{i}.gate_up.weight": rnd(2 * I, H),
-              f"layers.{i}.down.weight": rnd(H, I),
-              f"layers.{i}.in_norm": torch.ones(H, dtype=torch.bfloat16, device=device),
-              f"layers.{i}.post_norm": torch.ones(H, dtype=torch.bfloat16, device=device)}
-    return DecoderModel(spec, w, torch.bfloat16, device)
+    """bf16 weights of ``spec`` from ``tiny.tiny_weights`` (std 0.02 for the layers), moved to ``device``."""
+    weights = tiny_weights(spec, seed=0, dtype=torch.bfloat16, scale=0.25)
+    return DecoderModel(spec, {k: v.to(device) for k, v in weights.items()}, torch.bfloat16, device)
 
 
 def event_curve(model: DecoderModel, prefix: int, reps: int) -> dict[int, float]:

@@ -3,8 +3,9 @@
 The visibility rule (SpecInfer §4.2, Medusa §2.1.2): a query sees the whole committed
 prefix, the pending committed tokens causally, and among tree nodes only itself and its
 ancestors. ``build_mask`` turns that into a boolean ``[B, 1, T, S]`` mask; on CPU the
-attention itself is PyTorch SDPA with that explicit mask, on CUDA the Triton kernel of
-``triton_attention.py`` (which packs the mask into per-query ancestor bits).
+attention itself is PyTorch SDPA with that explicit mask (``tree_attention``), on CUDA the
+Triton kernel of ``triton_attention.py`` (which packs the mask into per-query ancestor bits
+once per forward pass); ``tree_attention_for`` picks one per pass.
 """
 
 from __future__ import annotations
@@ -92,9 +93,6 @@ def tree_attention(q: torch.Tensor, cache: KVCache, layer: int, slots: list[int]
         ``[B, T, heads * D]`` in q's dtype. GQA is handled by folding each KV head's
         query group into the query axis, so K/V are never repeated.
     """
-    if q.is_cuda:
-        from common.modeling.triton_attention import tree_attention_triton
-        return tree_attention_triton(q, cache, layer, slots, mask)
     B, T, H, D = q.shape
     # a padded batch may be wider than a slot; real rows never see columns past max_len
     S = min(mask.shape[-1], cache.max_len)
