@@ -90,7 +90,7 @@ def main() -> None:
         ap.error(f"--batch must be >= 1, got {args.batch}")
     names = unique_names(args.arms.split(","))
     suite = Suite(load_config(None, {}), load_prompts(args.dataset, args.limit), args.max_new_tokens, 1)
-    engines = [suite._engine(parse_arm(n), slots=args.batch) for n in names]
+    engines = [suite.engine(parse_arm(n), slots=args.batch) for n in names]
     exact_lib = suite.main.exact_lib  # the main's attention kernel as built; None for ":sdpa" arms
     limits = {m: {False: m.exact_limits, True: m.exact_batch_limits}  # measured, and as built (":fixed" arms)
               for m in (suite.main, suite.draft) if m.attention_plan is not None}  # (a w4a8 main is not probed)

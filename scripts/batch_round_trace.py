@@ -36,7 +36,7 @@ class RoundLog:
 
     def info(self, event: str, **kw) -> None:
         if event == "round":
-            shape, explore = self.engine.driver.shape, self.engine.driver.policy.explore_shape
+            shape, explore = self.engine.driver.planner.shape, self.engine.driver.planner.policy.explore_shape
             self.rows.append({"arm": self.arm, "shape": list(shape), "explore": explore, "t": time.perf_counter(), **kw})
 
     def __getattr__(self, name):  # warning, debug, ...: dropped
@@ -76,7 +76,7 @@ def main() -> None:
     if args.sdpa:
         suite.main.exact_lib = None
     rows: list[dict] = []
-    engines = {"plain": suite._engine((0, 0), slots=BATCH), "auto": suite._engine(None, slots=BATCH)}
+    engines = {"plain": suite.engine((0, 0), slots=BATCH), "auto": suite.engine(None, slots=BATCH)}
     for arm, engine in engines.items():
         run_one(engine, "warm", suite.ids[0], 16, False)
         engine.driver.log = RoundLog(engine, arm, rows)

@@ -21,6 +21,7 @@ from pathlib import Path
 from common.config import MAIN_QUANTIZATIONS, ConfigError, load_config
 
 NO_LOOKUP = "spec-no-lookup"  # --baseline: speculation with prompt lookup off
+IN_PROCESS = "in-process"  # --baseline with --url: the same speculation in this process, interleaved
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--json", required=True, help="output JSON path")
     a("--baseline", default="", help="comma list: hf-assisted, hf-plain, spec-no-lookup (speculation with "
                                      "prompt lookup off, interleaved with the other runs); with --url: plain "
-                                     "(the same deployment, requests with speculation off, interleaved)")
+                                     "(the same deployment, requests with speculation off, interleaved) or "
+                                     "in-process (one stream over HTTP against this process's own speculative "
+                                     "engine built from --config and the model flags, prompt by prompt)")
     a("--tree-size", default=None, help="tree nodes for the spec run (default: config, 'auto')")
     a("--tree-sizes", default="", help="also sweep these tree sizes, e.g. 1,4,8,16,32,64,128")
     a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8 "
@@ -118,15 +121,19 @@ def run_http(args: argparse.Namespace) -> int:
         levels = _ints(args.concurrency) or [1]
         if args.max_new_tokens < 1 or min(levels) < 1 or args.repeat < 1:
             raise ConfigError("--max-new-tokens, --repeat and every --concurrency level must be at least 1")
-        if args.tree_sizes or args.baseline not in ("", "plain"):
-            raise ConfigError("with --url only --baseline plain is measured (requests with speculation off, "
-                              "interleaved); --tree-sizes and the other baselines need the in-process bench")
+        if args.tree_sizes or args.baseline not in ("", "plain", IN_PROCESS):
+            raise ConfigError(f"with --url only --baseline plain or {IN_PROCESS} is measured; --tree-sizes and "
+                              "the other baselines need the in-process bench")
+        if args.baseline == IN_PROCESS and levels != [1]:
+            raise ConfigError(f"--baseline {IN_PROCESS} measures one stream: drop --concurrency")
         prompts = load_prompts(args.dataset, args.limit)
         if not prompts:
             raise ConfigError(f"dataset {args.dataset!r} has no prompts")
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
+    if args.baseline == IN_PROCESS:
+        return run_interleaved(args, prompts)
     try:
         rows = concurrency(args.url, prompts, args.max_new_tokens, levels, plain=args.baseline == "plain",
                            repeat=args.repeat)
@@ -143,4 +150,33 @@ def run_http(args: argparse.Namespace) -> int:
         from treespec.bench_plot import plot_all
         plot_all(result, Path(args.plots))
     print(json.dumps(rows, indent=2))
+    return 0
+
+
+def run_interleaved(args: argparse.Namespace, prompts) -> int:
+    """``--url --baseline in-process``: one HTTP stream against this process's engine, prompt by
+    prompt in mirrored order (``treespec.bench_interleave``); loads the pair from the bench's config."""
+    import aiohttp
+
+    from treespec.bench_http import BenchHttpError
+    from treespec.bench_interleave import interleave
+    try:
+        cfg = load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
+                                        "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device,
+                                        "main_quantization": args.main_quantization})
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"treespec bench: {exc}", file=sys.stderr)
+        return 2
+    from treespec.bench_suite import Suite
+    suite = Suite(cfg, prompts, args.max_new_tokens, 1)
+    try:
+        got = interleave(args.url, suite.engine(suite.tree), suite.tok, prompts, suite.ids, args.max_new_tokens,
+                         args.repeat)
+    except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
+        return 1
+    result = {"config": {"url": args.url, **suite.describe()}, "interleaved": got,
+              "command": "treespec " + " ".join(sys.argv[1:])}
+    write_json(args.json, result)
+    print(json.dumps({k: v for k, v in got.items() if k != "pairs"}, indent=2))
     return 0

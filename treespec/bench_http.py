@@ -47,6 +47,7 @@ class Stream:
     first: float | None = None
     tokens: int = 0
     itl: list[float] = field(default_factory=list)  # one entry per token after the first event
+    text: list[str] = field(default_factory=list)  # the streamed text pieces, in order
 
 
 def request_body(prompt: Prompt, max_new: int, speculation: bool = True) -> tuple[str, dict]:
@@ -58,6 +59,11 @@ def request_body(prompt: Prompt, max_new: int, speculation: bool = True) -> tupl
         return "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt.text}],
                                         "logprobs": True, "top_logprobs": 0, **common}
     return "/v1/completions", {"prompt": prompt.text, "logprobs": 0, **common}
+
+
+def event_text(event: dict) -> str:
+    """Text carried by one streamed JSON event (chat ``delta.content`` or completion ``text``)."""
+    return "".join((c.get("delta") or {}).get("content") or c.get("text") or "" for c in event.get("choices", []))
 
 
 def event_tokens(event: dict) -> int:
@@ -89,6 +95,7 @@ async def stream_one(session: aiohttp.ClientSession, url: str, prompt: Prompt, m
             if "error" in event:
                 raise BenchHttpError(f"{path}: stream error: {event['error'].get('message')}")
             n, now = event_tokens(event), time.perf_counter()
+            s.text.append(event_text(event))
             if n and s.first is None:
                 s.first = now
             elif n:

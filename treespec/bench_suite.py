@@ -32,7 +32,7 @@ class Suite:
         self.costs = measure_costs(self.main, self.draft) if self.auto else None
         self.tree = None if self.auto else TreeBudget.from_config(cfg).default_shape()
 
-    def _engine(self, tree: tuple[int, int] | None, slots: int = 1, lookup: bool = True, prefix_cache: bool = True):
+    def engine(self, tree: tuple[int, int] | None, slots: int = 1, lookup: bool = True, prefix_cache: bool = True):
         """tree None = the tree_size "auto" policy (measured costs, online acceptance);
         ``lookup`` False turns prompt lookup off (else as configured); ``prefix_cache`` False: every
         request prefills its whole prompt, even one this engine has served before."""
@@ -42,13 +42,13 @@ class Suite:
 
     def compare(self) -> dict:
         """Each prompt: plain greedy (recording logit gaps), then speculative greedy."""
-        plain, spec = self._engine((0, 0)), self._engine(self.tree)
+        plain, spec = self.engine((0, 0)), self.engine(self.tree)
         # the gap re-run must repeat plain's trajectory: with plain's prefix cache it would reuse the
         # prompt's KV and decode its last token alone, which rounds differently in bf16 and can flip a
         # later near-tie (a Spec-Bench run read a 10.4 gap from such a re-run where plain's own was 0.125);
         # where it still differs (plain reused a shared chat system prompt's KV), divergence() says so
-        gapper = self._engine((0, 0), prefix_cache=False)
-        bare = self._engine(self.tree, lookup=False) if self.no_lookup else None
+        gapper = self.engine((0, 0), prefix_cache=False)
+        bare = self.engine(self.tree, lookup=False) if self.no_lookup else None
         records = []
         for i, (p, ids) in enumerate(tqdm(list(zip(self.prompts, self.ids)), desc="plain vs spec", unit="prompt")):
             a = run_one(plain, f"p{i}", ids, self.max_new, False, self.ignore_eos)
@@ -64,10 +64,11 @@ class Suite:
                 c = run_one(bare, f"n{i}", ids, self.max_new, False, self.ignore_eos)
                 records[-1].update(spec_no_lookup=c.summary(), identical_no_lookup=c.tokens == b.tokens)
         aggregate = {**self._aggregate(records, spec.core), **lookup_summary(records, spec.policy.lookup)}
-        return {"config": self._describe(), "records": records, "timeline": lines,
+        return {"config": self.describe(), "records": records, "timeline": lines,
                 "aggregate": aggregate, "by_category": self._by_category(records)}
 
-    def _describe(self) -> dict:
+    def describe(self) -> dict:
+        """The run's configuration for the JSON: models, tree size, cost curves (ms), kernels, CPU model."""
         return {"main_model_path": self.cfg.main_model_path, "draft_model_path": self.cfg.draft_model_path,
                 "dtype": self.cfg.dtype, "device": self.cfg.device,
                 "tree_size": "auto" if self.auto else self.tree[0], "max_accept_length": self.cfg.max_accept_length,
@@ -142,7 +143,7 @@ class Suite:
         """Spec tokens/s and MAL at each forced tree size (same prompts)."""
         rows = []
         for size in tqdm(sizes, desc="tree sizes", unit="size"):
-            eng = self._engine((size, min(self.cfg.max_accept_length, max(size, 1))))
+            eng = self.engine((size, min(self.cfg.max_accept_length, max(size, 1))))
             runs = [run_one(eng, f"t{size}-{i}", ids, self.max_new, gaps=False) for i, ids in enumerate(self.ids)]
             rounds = [c for r in runs for c in r.committed]
             rows.append({"tree_size": size,
@@ -156,7 +157,7 @@ class Suite:
         for c in tqdm(levels, desc="concurrency", unit="level"):
             prompts = [self.ids[i % len(self.ids)] for i in range(c)]
             for mode, tree in (("plain", (0, 0)), ("spec", self.tree)):
-                eng = self._engine(tree, slots=c)
+                eng = self.engine(tree, slots=c)
                 r = run_concurrent(eng, prompts, self.max_new)
                 size = tree[0] if tree else f"auto (last {eng.policy.best[0]}: {eng.policy.last_reason})"
                 rows.append({"mode": mode, "tree_size": size, **r})
