@@ -159,7 +159,12 @@ def run_interleaved(args: argparse.Namespace, prompts) -> int:
     import aiohttp
 
     from treespec.bench_http import BenchHttpError
-    from treespec.bench_interleave import interleave
+    from treespec.bench_interleave import check_ready, interleave
+    try:
+        check_ready(args.url)  # before the models load: a wrong URL fails in a second, not after a minute
+    except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
+        return 1
     try:
         cfg = load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
                                         "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device,

@@ -23,11 +23,26 @@ import time
 import aiohttp
 
 from treespec.bench_data import Prompt
-from treespec.bench_http import REQUEST_TIMEOUT_S, Stream, percentile_ms, stream_one
+from treespec.bench_http import REQUEST_TIMEOUT_S, BenchHttpError, Stream, percentile_ms, stream_one
 from treespec.bench_run import run_one
 
 HTTP, LOCAL = "http", "local"
 PAUSE_S = 0.3  # between arms: lets the other side's worker threads stop spinning
+HEALTH_TIMEOUT_S = 10.0
+
+
+async def _health(url: str) -> int:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)) as session:
+        async with session.get(url + "/health") as resp:
+            return resp.status
+
+
+def check_ready(url: str) -> None:
+    """Raise BenchHttpError unless ``url``/health answers 200 (checked before any model loads here).
+    aiohttp.ClientError / OSError / TimeoutError pass through when nothing answers."""
+    status = asyncio.run(_health(url.rstrip("/")))
+    if status != 200:
+        raise BenchHttpError(f"/health answered HTTP {status}: the deployment is not ready")
 
 
 def pair_order(index: int) -> list[str]:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.integration.cluster import free_port
 from tests.integration.deployment import Deployment
 from treespec.bench_interleave import HTTP, LOCAL, pair_order, summarize
 
@@ -74,4 +75,16 @@ class TestCli:
         done = bench("--url", "http://127.0.0.1:1", "--baseline", "in-process", "--concurrency", "1,8",
                      "--dataset", str(prompts), "--json", str(tmp_path / "x.json"), *MODELS)
         assert done.returncode == 2 and "one stream" in done.stderr
+        assert not (tmp_path / "x.json").exists()
+
+    def test_unreachable_url_fails_before_any_model_loads(self, tmp_path):
+        """Nothing listening at --url: exit 1 with a one-line error, torch never imported, no JSON written."""
+        prompts = tmp_path / "p.txt"
+        prompts.write_text("hi\n")
+        check = ("import sys; from treespec.cli import main; rc = main(sys.argv[1:]); "
+                 "sys.exit(3 if 'torch' in sys.modules else rc)")  # 3: a model was loaded
+        done = subprocess.run([sys.executable, "-c", check, "bench", "--url", f"http://127.0.0.1:{free_port()}",
+                               "--baseline", "in-process", "--dataset", str(prompts), "--json",
+                               str(tmp_path / "x.json"), *MODELS], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and "treespec bench:" in done.stderr, done.stderr
         assert not (tmp_path / "x.json").exists()
