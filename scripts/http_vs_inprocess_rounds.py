@@ -7,7 +7,8 @@ scheduler log (``<log_dir>/scheduler-0.log``, the events after this script start
 it prints the mean per round of: the wall time between consecutive rounds, the draft and verify ms
 (the scheduler's view: for the deployment, from sending a step to its reply), the rest ("other":
 scheduling, and for the deployment the messages), tokens committed, tree nodes and prompt-lookup
-grafts. Rounds longer than 400 ms (the prompts' prefill) are left out. Start a fresh deployment
+grafts. Rounds longer than 400 ms (the prompts' prefill) are left out. ``--plain``: both arms decode
+plainly, which times the verifier's own step in both processes. Start a fresh deployment
 first (its prefix cache would otherwise serve prompts it has seen) with the same tree size:
 
     .venv/bin/treespec up --tree-size 8 --set log_dir=/tmp/ts &
@@ -84,14 +85,17 @@ def main() -> None:
     ap.add_argument("--tree-size", default=None, help="as the deployment was started with (default: config)")
     ap.add_argument("--limit", type=int, default=8, help="HumanEval prompts (default 8)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--plain", action="store_true", help="both arms decode plainly (requests with speculation "
+                    "off; a plain engine here): the verifier's own pass, without the draft or the tree policy")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
     since = time.time()
     prompts = load_prompts("humaneval", args.limit)
     suite = Suite(load_config(None, {"tree_size": args.tree_size}), prompts, args.max_new_tokens, 1)
-    engine, rows = suite.engine(suite.tree), []
+    engine, rows = suite.engine((0, 0) if args.plain else suite.tree), []
     engine.driver.log = RoundLog(rows)
-    got = interleave(args.url, engine, suite.tok, prompts, suite.ids, args.max_new_tokens, 1)
+    got = interleave(args.url, engine, suite.tok, prompts, suite.ids, args.max_new_tokens, 1,
+                     speculation=not args.plain)
     rounds = {"http": round_means(scheduler_rounds(args.scheduler_log, since)), "local": round_means(rows)}
     for arm, r in rounds.items():
         print(arm, {k: round(v, 2) for k, v in r.items()})

@@ -50,13 +50,15 @@ def pair_order(index: int) -> list[str]:
     return [HTTP, LOCAL] if index % 2 == 0 else [LOCAL, HTTP]
 
 
-async def _http_once(url: str, prompt: Prompt, max_new: int) -> Stream:
+async def _http_once(url: str, prompt: Prompt, max_new: int, speculation: bool = True) -> Stream:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as session:
-        return await stream_one(session, url, prompt, max_new, speculation=True)
+        return await stream_one(session, url, prompt, max_new, speculation)
 
 
-def measure_pair(url: str, engine, tok, prompt: Prompt, ids: list[int], max_new: int, index: int) -> dict:
-    """Run ``prompt`` once over HTTP and once on the in-process ``engine`` in ``pair_order(index)``.
+def measure_pair(url: str, engine, tok, prompt: Prompt, ids: list[int], max_new: int, index: int,
+                 speculation: bool = True) -> dict:
+    """Run ``prompt`` once over HTTP and once on the in-process ``engine`` in ``pair_order(index)``;
+    ``speculation`` False sends ``"speculation": false`` (pair it with a plain ``engine``).
 
     Returns {arm: {"tokens", "seconds", "ttft_s", "itl_s"}} plus "identical_text" (bool).
     Raises BenchHttpError / aiohttp.ClientError when the deployment refuses or breaks the stream."""
@@ -65,7 +67,7 @@ def measure_pair(url: str, engine, tok, prompt: Prompt, ids: list[int], max_new:
     for arm in pair_order(index):
         time.sleep(PAUSE_S)
         if arm == HTTP:
-            s = asyncio.run(_http_once(url, prompt, max_new))
+            s = asyncio.run(_http_once(url, prompt, max_new, speculation))
             done = time.perf_counter()
             ttft = (s.first or done) - s.start
             out[HTTP] = {"tokens": s.tokens, "seconds": done - s.start, "ttft_s": ttft, "itl_s": s.itl}
@@ -100,16 +102,17 @@ def summarize(pairs: list[dict]) -> dict:
 
 
 def interleave(url: str, engine, tok, prompts: list[Prompt], ids: list[list[int]], max_new: int,
-               repeat: int, progress=print) -> dict:
+               repeat: int, progress=print, speculation: bool = True) -> dict:
     """Every prompt ``repeat`` times in both arms (``measure_pair``), after one untimed warm-up
-    request on each arm; returns ``summarize`` of the pairs plus the raw pairs (without ITL lists)."""
+    request on each arm; returns ``summarize`` of the pairs plus the raw pairs (without ITL lists).
+    ``speculation`` False compares plain decoding (a plain ``engine``; requests with speculation off)."""
     url = url.rstrip("/")
     run_one(engine, "interleave-warm", ids[0], 16, False, ignore_eos=True)
-    asyncio.run(_http_once(url, prompts[0], 16))
+    asyncio.run(_http_once(url, prompts[0], 16, speculation))
     pairs = []
     for r in range(repeat):
         for i, (p, x) in enumerate(zip(prompts, ids)):
-            pairs.append(measure_pair(url, engine, tok, p, x, max_new, len(pairs)))
+            pairs.append(measure_pair(url, engine, tok, p, x, max_new, len(pairs), speculation))
             h, lo = pairs[-1][HTTP], pairs[-1][LOCAL]
             progress(f"pair {len(pairs)}: http {h['tokens'] / h['seconds']:.2f} tok/s, "
                      f"local {lo['tokens'] / lo['seconds']:.2f} tok/s")
