@@ -39,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--tree-sizes", default="", help="also sweep these tree sizes, e.g. 1,4,8,16,32,64,128")
     a("--concurrency", default="", help="also measure aggregate throughput at these batch sizes, e.g. 1,2,4,8 "
                                          "(with --url: requests in flight; every prompt is sent once per level; default 1)")
-    a("--url", default=None, help="benchmark a running gateway over HTTP (the in-process runs are skipped)")
+    a("--url", default=None, help="benchmark a running gateway over HTTP (the in-process runs are skipped; "
+                                  "--baseline in-process adds one in-process arm)")
     a("--repeat", type=int, default=1, help="with --url: run each level this many times per mode, pooled; with "
                                             "--baseline plain in mirrored order (plain, spec, spec, plain), "
                                             "which cancels a host's steady drift (default 1)")
@@ -173,6 +174,8 @@ def run_interleaved(args: argparse.Namespace, prompts) -> int:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     from treespec.bench_suite import Suite
+    print(f"treespec bench: {args.url} is ready; loading {cfg.main_model_path} + {cfg.draft_model_path} here for the "
+          "in-process arm (the deployment's config must match: not checked)", file=sys.stderr)
     suite = Suite(cfg, prompts, args.max_new_tokens, 1)
     try:
         got = interleave(args.url, suite.engine(suite.tree), suite.tok, prompts, suite.ids, args.max_new_tokens,

@@ -114,8 +114,8 @@ def interleave(url: str, engine, tok, prompts: list[Prompt], ids: list[list[int]
         for i, (p, x) in enumerate(zip(prompts, ids)):
             pairs.append(measure_pair(url, engine, tok, p, x, max_new, len(pairs), speculation))
             h, lo = pairs[-1][HTTP], pairs[-1][LOCAL]
-            progress(f"pair {len(pairs)}: http {h['tokens'] / h['seconds']:.2f} tok/s, "
-                     f"local {lo['tokens'] / lo['seconds']:.2f} tok/s")
+            progress(f"pair {len(pairs)} ({pair_order(len(pairs) - 1)[0]} first): http "
+                     f"{h['tokens'] / h['seconds']:.2f} tok/s, local {lo['tokens'] / lo['seconds']:.2f} tok/s")
     raw = [{arm: {k: v for k, v in p[arm].items() if k != "itl_s"} for arm in (HTTP, LOCAL)}
            | {"identical_text": p["identical_text"]} for p in pairs]
     return summarize(pairs) | {"pairs": raw}
