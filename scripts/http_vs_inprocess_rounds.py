@@ -22,9 +22,10 @@ import argparse
 import json
 import statistics
 import time
-from datetime import datetime
+from pathlib import Path
 
 from common.config import load_config
+from http_run_rounds import events  # scripts/: the deployment log's round events
 from treespec.bench_data import load_prompts
 from treespec.bench_interleave import interleave
 from treespec.bench_llamacpp import cpu_model
@@ -62,22 +63,6 @@ def round_means(rows: list[dict]) -> dict:
     return {"rounds": len(keep), **out}
 
 
-def scheduler_rounds(path: str, since: float) -> list[dict]:
-    """The ``round`` events of a scheduler's JSON log written after ``since`` (epoch seconds)."""
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if d.get("event") == "round":
-                d["t"] = datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00")).timestamp()
-                if d["t"] >= since:
-                    rows.append(d)
-    return rows
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scheduler_log")
@@ -96,7 +81,8 @@ def main() -> None:
     engine.driver.log = RoundLog(rows)
     got = interleave(args.url, engine, suite.tok, prompts, suite.ids, args.max_new_tokens, 1,
                      speculation=not args.plain)
-    rounds = {"http": round_means(scheduler_rounds(args.scheduler_log, since)), "local": round_means(rows)}
+    served = [e for e in events(Path(args.scheduler_log), "round") if e["t"] >= since]
+    rounds = {"http": round_means(served), "local": round_means(rows)}
     for arm, r in rounds.items():
         print(arm, {k: round(v, 2) for k, v in r.items()})
     print({k: v for k, v in got.items() if k not in ("pairs", "per_pair_ratios")})

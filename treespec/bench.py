@@ -72,14 +72,30 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, target)
 
 
+def _config(args: argparse.Namespace):
+    """The bench's Config: ``--config`` with the model flags on top. Raises ConfigError / ValueError."""
+    return load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
+                                     "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device,
+                                     "main_quantization": args.main_quantization})
+
+
+def _suite(cfg, prompts, *args):
+    """``bench_suite.Suite(cfg, prompts, *args)`` (loads the models), or None after printing why a model
+    could not load (missing path, unreadable or mismatched file)."""
+    from treespec.bench_suite import Suite
+    try:
+        return Suite(cfg, prompts, *args)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"treespec bench: cannot load the models: {exc}", file=sys.stderr)
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.url:
         return run_http(args)
     from treespec.bench_data import load_prompts
     try:
-        cfg = load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
-                                        "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device,
-                                        "main_quantization": args.main_quantization})
+        cfg = _config(args)
         prompts = load_prompts(args.dataset, args.limit)
         sizes, conc = _ints(args.tree_sizes), _ints(args.concurrency)
         baselines = [b for b in args.baseline.split(",") if b]
@@ -93,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
-    from treespec.bench_suite import Suite
-    suite = Suite(cfg, prompts, args.max_new_tokens, max(conc or [1]), args.ignore_eos, NO_LOOKUP in baselines)
+    suite = _suite(cfg, prompts, args.max_new_tokens, max(conc or [1]), args.ignore_eos, NO_LOOKUP in baselines)
+    if suite is None:
+        return 2
     result = suite.compare()
     hf = [b for b in baselines if b != NO_LOOKUP]
     if hf:
@@ -167,16 +184,15 @@ def run_interleaved(args: argparse.Namespace, prompts) -> int:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1
     try:
-        cfg = load_config(args.config, {"main_model_path": args.model_path, "draft_model_path": args.draft_model_path,
-                                        "tree_size": args.tree_size, "dtype": args.dtype, "device": args.device,
-                                        "main_quantization": args.main_quantization})
+        cfg = _config(args)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
-    from treespec.bench_suite import Suite
     print(f"treespec bench: {args.url} is ready; loading {cfg.main_model_path} + {cfg.draft_model_path} here for the "
           "in-process arm (the deployment's config must match: not checked)", file=sys.stderr)
-    suite = Suite(cfg, prompts, args.max_new_tokens, 1)
+    suite = _suite(cfg, prompts, args.max_new_tokens, 1)
+    if suite is None:
+        return 2
     try:
         got = interleave(args.url, suite.engine(suite.tree), suite.tok, prompts, suite.ids, args.max_new_tokens,
                          args.repeat)

@@ -7,7 +7,7 @@ order mirrored from one pair to the next (HTTP, local, local, HTTP, ...), so a s
 both alike. The arm "local" is an engine built in this process from the bench's own config
 (``--config`` and the model flags: pass what the deployment was started with); "http" is one
 streaming request to the deployment (greedy, EOS ignored, as ``treespec bench --url``). Both arms
-run with speculation on and ``tree_size`` as configured. Reported per arm: tokens/s (all tokens /
+run with speculation on and ``tree_size`` as configured (``speculation=False``: both decode plainly). Reported per arm: tokens/s (all tokens /
 all request seconds, the time to first token included), time to first token and inter-token
 latency p50 (ms), and per pair the ratio http/local, whose median is the figure least moved by
 the host's drift. Whether both arms produced the same text is recorded, not asserted: the
