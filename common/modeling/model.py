@@ -159,7 +159,8 @@ class DecoderModel:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                slots: list[int], mask: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
+                slots: list[int], mask: torch.Tensor, lengths: list[int] | None = None,
+                prefix_run: bool = True) -> torch.Tensor:
         """Run new tokens of B sequences through the decoder.
 
         Args:
@@ -170,6 +171,10 @@ class DecoderModel:
             mask: ``[B, 1, T, S]`` bool, True = may attend; S = max(length + T).
             lengths: B real segment lengths (<= T); given, the padding skips every matmul
                 (``Ragged``) and its output rows are zeros.
+            prefix_run: every row sees its cached columns ``[0, cache.lengths[slot])`` as a leading
+                run (all, none or the first few), as ``attention.build_batch``'s masks do. False for
+                the draft's level passes, whose rows see ancestors cached by earlier levels: on CUDA
+                they attend with the dense mask, not the tree-attention kernel (which assumes the run).
         Returns:
             hidden states ``[B, T, hidden]`` after the final norm.
         """
@@ -189,7 +194,7 @@ class DecoderModel:
                 out = out.view(x.shape)
                 return out if rag is None else rag.unpack(out)
         attend = (ExactAttention(self.exact_lib, mask, slots, cache.max_len) if exact
-                  else tree_attention_for(mask, cache, slots))  # built once, shared by the layers
+                  else tree_attention_for(mask, cache, slots, prefix_run))  # built once, shared by the layers
         delta = None  # the last block's MLP output, added into x by the next norm
         for layer in range(self.spec.num_layers):
             x, delta = self._block(layer, x, delta, cos, sin, cache, slots, starts, mask, rag, attend)

@@ -139,8 +139,9 @@ class DraftRunner:
         for s, nodes in zip(slots, todo):
             self.cache.check_room(s, len(nodes))
         dev = self.model.device
+        first = all(self.cache.lengths[s] == c for s, c in zip(slots, committed))  # no earlier level cached
         h = self.model.forward(torch.from_numpy(tok).to(dev), torch.from_numpy(pos).to(dev), self.cache, slots,
-                               torch.from_numpy(mask).to(dev), [len(nodes) for nodes in todo])
+                               torch.from_numpy(mask).to(dev), [len(nodes) for nodes in todo], prefix_run=first)
         for b, (slot, nodes) in enumerate(zip(slots, todo)):
             self.cache.lengths[slot] += len(nodes)  # keep tree rows until the step ends
         return [h[b, len(nodes) - len(f):len(nodes)] for b, (nodes, f) in enumerate(zip(todo, frontiers))]

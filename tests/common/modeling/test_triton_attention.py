@@ -81,6 +81,18 @@ class TestModelForward:
         check(results["model"])
 
 
+class TestDraftLevels:
+    """The draft model's level passes attend correctly where CUDA would use the kernel."""
+
+    def test_deep_trees_equal_sdpa(self, results):
+        """Trees 3+ levels deep (rows that see ancestors cached by earlier levels, not a prefix run) are
+        drafted exactly as with SDPA: the kernel assumes a run, so those passes must use the dense mask."""
+        case = results["draft"]
+        assert case["max_depth"] >= 3, case
+        assert case["same_trees"], case
+        check(case)
+
+
 class TestCompactMask:
     """The dense mask converts to prefix lengths plus packed ancestor bits."""
 

@@ -76,8 +76,9 @@ def model_case() -> dict:
     trees = [rng.integers(0, 1000, len(p)) for p in parents]
     hidden = {}
     pick = model_mod.tree_attention_for  # on CUDA it picks TritonTreeAttention itself
-    for name, attn, dev in (("sdpa", lambda mask, cache, slots: tree_attention, "cpu"),
-                            ("triton", TritonTreeAttention, DEVICE)):
+    for name, attn, dev in (("sdpa", lambda mask, cache, slots, prefix_run=True: tree_attention, "cpu"),
+                            ("triton", lambda mask, cache, slots, prefix_run=True: TritonTreeAttention(mask, cache, slots),
+                             DEVICE)):
         model_mod.tree_attention_for = attn
         model, _ = load_model("tiny-random:0", "float32", dev)
         out = forward_segments(model, model.new_cache(2, 64), [0, 1], [[1, 2, 3, 4], [5]], trees, parents)
@@ -85,6 +86,47 @@ def model_case() -> dict:
     model_mod.tree_attention_for = pick
     err = max(float((a - b).abs().max()) for a, b in zip(hidden["sdpa"], hidden["triton"]))
     return {"name": "model", "dtype": "torch.float32", "err": err, "tol": 1e-4, "finite": True, "zero_rows": True}
+
+
+def as_on_cuda(mask, cache, slots, prefix_run=True):
+    """``attention.tree_attention_for``'s choice as it is made on CUDA, for a CPU mask (interpreter)."""
+    return TritonTreeAttention(mask, cache, slots) if prefix_run else tree_attention
+
+
+def draft_case() -> dict:
+    """The draft's trees (3 levels deep and wider, whose level passes see ancestors cached by earlier
+    levels) drafted with the attention CUDA picks equal those drafted with SDPA on the CPU: the same
+    tokens and parents, and log-probabilities within ``tol``."""
+    import common.modeling.model as model_mod
+    from common import wire
+    from common.modeling.loader import load_model
+    from services.draft.runner import DraftRunner
+    seqs = [wire.DraftSeq(seq_id="a", prefix_len=0, new_tokens=[5, 17, 99, 3, 42], tree_size=24, max_depth=5),
+            wire.DraftSeq(seq_id="b", prefix_len=0, new_tokens=[7, 8], tree_size=24, max_depth=5)]
+    trees, pick = {}, model_mod.tree_attention_for
+    for name, attn, dev in (("sdpa", lambda mask, cache, slots, prefix_run=True: tree_attention, "cpu"),
+                            ("cuda-rule", pick if DEVICE == "cuda" else as_on_cuda, DEVICE)):
+        model_mod.tree_attention_for = attn
+        model, _ = load_model("tiny-random:0", "float32", dev)
+        model.exact_lib = None  # every pass through the attention under test
+        out = DraftRunner(model, 2, 128, topk=3, width=3, min_path_prob=0.0).step(wire.DraftStep(round=1, seqs=seqs))
+        trees[name] = {k: (t.tokens.numpy(), t.parents.numpy(), t.scores.numpy()) for k, t in out.trees.items()}
+    model_mod.tree_attention_for = pick
+    same = all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+               for a, b in zip(trees["sdpa"].values(), trees["cuda-rule"].values()))
+    err = max(float(np.abs(a[2] - b[2]).max()) if same else float("inf")
+              for a, b in zip(trees["sdpa"].values(), trees["cuda-rule"].values()))
+    depth = max(int(np.max(_depths(t[1]))) for t in trees["sdpa"].values())
+    return {"name": "draft", "dtype": "torch.float32", "err": err, "tol": 1e-3, "finite": True, "zero_rows": True,
+            "same_trees": same, "max_depth": depth}
+
+
+def _depths(parents: np.ndarray) -> np.ndarray:
+    """Depth (1 = a child of the root) of each node of a parents array (parents before children)."""
+    d = np.zeros(len(parents), np.int64)
+    for i, p in enumerate(parents):
+        d[i] = 1 if p < 0 else d[p] + 1
+    return d
 
 
 def cases() -> list[dict]:
@@ -102,7 +144,7 @@ def cases() -> list[dict]:
         out.append(run_case(f"random-{i}", 100 + i, dtypes[i % 3], (1, 2, 6)[i % 3],
                             [int(x) for x in rng.integers(0, 301, b)], [int(x) for x in rng.integers(1, 4, b)],
                             [int(x) for x in rng.integers(1, 129, b)]))
-    return out + [model_case()]
+    return out + [model_case(), draft_case()]
 
 
 if __name__ == "__main__":
