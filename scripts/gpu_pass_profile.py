@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from bench_tree_attention import timed  # noqa: E402
 from gpu_verify_curve import SHAPES, random_model  # noqa: E402
 
 from common.modeling import attention, model as model_mod, runner  # noqa: E402
@@ -46,25 +46,6 @@ def pass_inputs(model, cache, slot: int, t: int) -> tuple:
     tree = np.arange(1, t, dtype=np.int64), np.arange(-1, t - 2, dtype=np.int32)
     tok, pos, mask = attention.build_batch([cache.lengths[slot]], [[1]], [tree[0]], [tree[1]])
     return tok.to(model.device), pos.to(model.device), mask.to(model.device)
-
-
-def timed_ms(fn, reps: int, device: str) -> float:
-    """Median ms of ``fn()`` over ``reps`` calls after 2 warm-ups (CUDA events, or wall clock on CPU)."""
-    import time
-    times = []
-    for _ in range(reps + 2):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return round(statistics.median(times[2:]), 3)
 
 
 def profile(fn, device: str, passes: int = 3) -> dict:
@@ -100,7 +81,7 @@ def graph(model, cache, slot: int, inputs: tuple, reps: int) -> dict:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             out = model.forward(tok, pos, cache, [slot], mask)
-        ms = timed_ms(g.replay, reps, "cuda")
+        ms = round(timed(g.replay, "cuda", 2, reps), 3)
         return {"graph_ms": ms, "max_abs_diff": float((out.float() - eager).abs().max())}
     except (RuntimeError, TypeError, ValueError) as e:  # what a failed capture raises; the run goes on
         return {"graph_error": f"{type(e).__name__}: {str(e)[:400]}"}
@@ -119,7 +100,7 @@ def measure(model, tokens: list[int], reps: int, device: str) -> list[dict]:
     for t in tokens:
         inputs = pass_inputs(model, cache, slot, t)
         fn = lambda: model.forward(inputs[0], inputs[1], cache, [slot], inputs[2])  # noqa: E731
-        row = {"tokens": t, "eager_ms": timed_ms(fn, reps, device), "profile": profile(fn, device)}
+        row = {"tokens": t, "eager_ms": round(timed(fn, device, 2, reps), 3), "profile": profile(fn, device)}
         if device == "cuda":
             row.update(graph(model, cache, slot, inputs, reps))
         rows.append(row)

@@ -9,13 +9,14 @@ difference of one verification pass over a real draft tree, and whether the real
 tree is the same through the CUDA choice (and through the kernel for every pass, as before
 2026-12-04).
 
-Usage: .venv/bin/python scripts/triton_real_check.py [--prompts 2] [--tokens 24]
+Usage: .venv/bin/python scripts/triton_real_check.py [--prompts 2] [--tokens 24] [--out FILE]
 (fp32, so that greedy output must match exactly; a few minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ import torch  # noqa: E402
 from common import wire  # noqa: E402
 from common.config import load_config  # noqa: E402
 from common.modeling import model as model_module  # noqa: E402
-from common.modeling.attention import tree_attention as sdpa_attention  # noqa: E402
+from common.modeling.attention import tree_attention as sdpa_attention, tree_attention_for  # noqa: E402
 from treespec.engine import build_local_engine  # noqa: E402
 from common.modeling.runner import forward_segments  # noqa: E402
 from common.modeling.triton_attention import TritonTreeAttention  # noqa: E402
@@ -43,10 +44,9 @@ def sdpa_for(mask, cache, slots, prefix_run=True):
     return sdpa_attention
 
 
-def cuda_rule(mask, cache, slots, prefix_run=True):
-    """``attention.tree_attention_for``'s choice on CUDA: the kernel unless a row's cached columns are
-    not a leading run (the draft's deeper level passes), then SDPA with the dense mask."""
-    return TritonTreeAttention(mask, cache, slots) if prefix_run else sdpa_attention
+# attention.tree_attention_for's choice on CUDA: the kernel unless a row's cached columns are not a
+# leading run (the draft's deeper level passes), then SDPA with the dense mask
+cuda_rule = functools.partial(tree_attention_for, kernel=True)
 
 
 def kernel_everywhere(mask, cache, slots, prefix_run=True):
@@ -105,6 +105,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=24)
+    ap.add_argument("--out", help="also write the JSON here (stdout carries the engine's log lines too)")
     args = ap.parse_args()
     cfg = load_config(None, {"dtype": "float32", "draft_quantization": "none"})
     engine, tok = build_local_engine(cfg, slots=2, tree=(16, 6))
@@ -117,11 +118,14 @@ def main() -> int:
     tri, tri_s = generate(engine, tok, prompts, args.tokens)
     diff = one_pass_diff(engine, prompts[0])
     drafts = draft_check(engine, prompts[0])
-    print(json.dumps({"prompts": len(prompts), "tokens": args.tokens, "identical": ref == tri,
-                      "max_abs_logit_diff_one_pass": diff, "draft_tree": drafts, "sdpa_s": round(ref_s, 1),
-                      "triton_interpreter_s": round(tri_s, 1), "sdpa_tokens": ref, "triton_tokens": tri,
-                      "torch": torch.__version__, "interpret": os.environ.get("TRITON_INTERPRET"),
-                      "mean_prompt_tokens": float(np.mean([len(p) for p in prompts]))}, indent=1))
+    report = json.dumps({"prompts": len(prompts), "tokens": args.tokens, "identical": ref == tri,
+                         "max_abs_logit_diff_one_pass": diff, "draft_tree": drafts, "sdpa_s": round(ref_s, 1),
+                         "triton_interpreter_s": round(tri_s, 1), "sdpa_tokens": ref, "triton_tokens": tri,
+                         "torch": torch.__version__, "interpret": os.environ.get("TRITON_INTERPRET"),
+                         "mean_prompt_tokens": float(np.mean([len(p) for p in prompts]))}, indent=1)
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report + "\n")
     return 0 if ref == tri and drafts["cuda_rule"]["identical_tree"] else 1
 
 

@@ -70,13 +70,16 @@ def build_batch(prefix_lens: list[int], pending: list[list[int]], trees_tokens: 
     return torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(mask)
 
 
-def tree_attention_for(mask: torch.Tensor, cache: KVCache, slots: list[int], prefix_run: bool = True):
+def tree_attention_for(mask: torch.Tensor, cache: KVCache, slots: list[int], prefix_run: bool = True,
+                       kernel: bool | None = None):
     """The attention callable of one forward pass (arguments as :func:`tree_attention`'s): on CUDA a
     ``triton_attention.TritonTreeAttention``, whose mask compaction every layer shares, else
     :func:`tree_attention`. ``mask``: ``[B, 1, T, S]`` bool on the model's device. ``prefix_run``
     False (some row sees cached columns other than a leading run, e.g. tree rows of an earlier draft
-    level): :func:`tree_attention` on every device, since the kernel keeps only a prefix length."""
-    if mask.is_cuda and prefix_run:
+    level): :func:`tree_attention` on every device, since the kernel keeps only a prefix length.
+    ``kernel``: whether this device runs the kernel (None: ``mask.is_cuda``; True on the CPU runs it
+    under Triton's interpreter, as tests and ``scripts/triton_real_check.py`` do)."""
+    if (mask.is_cuda if kernel is None else kernel) and prefix_run:
         from common.modeling.triton_attention import TritonTreeAttention
         return TritonTreeAttention(mask, cache, slots)
     return tree_attention

@@ -9,6 +9,7 @@ before triton is imported, hence a separate process (see test_triton_attention.p
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -88,11 +89,6 @@ def model_case() -> dict:
     return {"name": "model", "dtype": "torch.float32", "err": err, "tol": 1e-4, "finite": True, "zero_rows": True}
 
 
-def as_on_cuda(mask, cache, slots, prefix_run=True):
-    """``attention.tree_attention_for``'s choice as it is made on CUDA, for a CPU mask (interpreter)."""
-    return TritonTreeAttention(mask, cache, slots) if prefix_run else tree_attention
-
-
 def draft_case() -> dict:
     """The draft's trees (3 levels deep and wider, whose level passes see ancestors cached by earlier
     levels) drafted with the attention CUDA picks equal those drafted with SDPA on the CPU: the same
@@ -105,7 +101,7 @@ def draft_case() -> dict:
             wire.DraftSeq(seq_id="b", prefix_len=0, new_tokens=[7, 8], tree_size=24, max_depth=5)]
     trees, pick = {}, model_mod.tree_attention_for
     for name, attn, dev in (("sdpa", lambda mask, cache, slots, prefix_run=True: tree_attention, "cpu"),
-                            ("cuda-rule", pick if DEVICE == "cuda" else as_on_cuda, DEVICE)):
+                            ("cuda-rule", functools.partial(pick, kernel=True), DEVICE)):
         model_mod.tree_attention_for = attn
         model, _ = load_model("tiny-random:0", "float32", dev)
         model.exact_lib = None  # every pass through the attention under test
