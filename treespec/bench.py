@@ -22,6 +22,7 @@ from common.config import MAIN_QUANTIZATIONS, ConfigError, load_config
 
 NO_LOOKUP = "spec-no-lookup"  # --baseline: speculation with prompt lookup off
 IN_PROCESS = "in-process"  # --baseline with --url: the same speculation in this process, interleaved
+CONFIG_ERRORS = (ConfigError, ValueError, FileNotFoundError)  # bad flags, config or dataset: exit 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--max-new-tokens must be at least 1")
         if args.repeat != 1:
             raise ConfigError("--repeat needs --url (the in-process bench interleaves its arms prompt by prompt)")
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+    except CONFIG_ERRORS as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     suite = _suite(cfg, prompts, args.max_new_tokens, max(conc or [1]), args.ignore_eos, NO_LOOKUP in baselines)
@@ -132,9 +133,7 @@ def run(args: argparse.Namespace) -> int:
 def run_http(args: argparse.Namespace) -> int:
     """``--url``: concurrency rows measured over HTTP; the in-process runs are skipped."""
     from treespec.bench_data import load_prompts
-    import aiohttp
-
-    from treespec.bench_http import BenchHttpError, concurrency
+    from treespec.bench_http import HTTP_ERRORS, concurrency
     try:
         levels = _ints(args.concurrency) or [1]
         if args.max_new_tokens < 1 or min(levels) < 1 or args.repeat < 1:
@@ -147,7 +146,7 @@ def run_http(args: argparse.Namespace) -> int:
         prompts = load_prompts(args.dataset, args.limit)
         if not prompts:
             raise ConfigError(f"dataset {args.dataset!r} has no prompts")
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+    except CONFIG_ERRORS as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     if args.baseline == IN_PROCESS:
@@ -155,7 +154,7 @@ def run_http(args: argparse.Namespace) -> int:
     try:
         rows = concurrency(args.url, prompts, args.max_new_tokens, levels, plain=args.baseline == "plain",
                            repeat=args.repeat)
-    except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+    except HTTP_ERRORS as exc:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1
     from treespec.bench_llamacpp import cpu_model  # lscpu; torch-free
@@ -174,18 +173,16 @@ def run_http(args: argparse.Namespace) -> int:
 def run_interleaved(args: argparse.Namespace, prompts) -> int:
     """``--url --baseline in-process``: one HTTP stream against this process's engine, prompt by
     prompt in mirrored order (``treespec.bench_interleave``); loads the pair from the bench's config."""
-    import aiohttp
-
-    from treespec.bench_http import BenchHttpError
+    from treespec.bench_http import HTTP_ERRORS
     from treespec.bench_interleave import check_ready, interleave
     try:
         check_ready(args.url)  # before the models load: a wrong URL fails in a second, not after a minute
-    except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+    except HTTP_ERRORS as exc:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1
     try:
         cfg = _config(args)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+    except CONFIG_ERRORS as exc:
         print(f"treespec bench: {exc}", file=sys.stderr)
         return 2
     print(f"treespec bench: {args.url} is ready; loading {cfg.main_model_path} + {cfg.draft_model_path} here for the "
@@ -196,7 +193,7 @@ def run_interleaved(args: argparse.Namespace, prompts) -> int:
     try:
         got = interleave(args.url, suite.engine(suite.tree), suite.tok, prompts, suite.ids, args.max_new_tokens,
                          args.repeat)
-    except (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+    except HTTP_ERRORS as exc:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1
     result = {"config": {"url": args.url, **suite.describe()}, "interleaved": got,

@@ -39,6 +39,10 @@ class BenchHttpError(RuntimeError):
     """The server refused a request or broke a stream."""
 
 
+# what a bench request can raise when the deployment refuses, breaks or never answers
+HTTP_ERRORS = (BenchHttpError, aiohttp.ClientError, OSError, TimeoutError)
+
+
 @dataclass
 class Stream:
     """One streamed request's timings (seconds, perf_counter) and token count."""
