@@ -26,6 +26,7 @@ import time
 
 from common.config import load_config
 from treespec.bench_data import load_prompts
+from treespec.bench import write_json
 from treespec.bench_llamacpp import cpu_model
 from treespec.bench_run import run_one
 from treespec.bench_suite import Suite
@@ -61,6 +62,10 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     arms = ["quiet"] + [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms[1:] if a not in CLASSES]
+    if unknown:  # before the models load
+        print(f"interference_ab: unknown arm(s) {', '.join(unknown)}: use {', '.join(CLASSES)}", file=sys.stderr)
+        return 2
     prompts = load_prompts("humaneval", args.prompts + 1)
     suite = Suite(load_config(None, {"tree_size": args.tree_size}), prompts, args.max_new_tokens, 1)
     engine = suite.engine(suite.tree)
@@ -84,8 +89,7 @@ def main() -> int:
            "vs_quiet": {a: round(got[a]["wall_s"] / got["quiet"]["wall_s"], 3) for a in arms}}
     print(json.dumps(out, indent=1))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(args.json, out)  # atomic: no half-written file
     return 0
 
 

@@ -17,7 +17,6 @@ About 20 s per mode and round on a 2-core host.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -26,6 +25,7 @@ import time
 
 import torch
 
+from treespec.bench import write_json
 from treespec.bench_llamacpp import cpu_model
 
 WARM = 3  # leading passes left out of each median
@@ -106,8 +106,7 @@ def main() -> int:
     env = {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     out = {"cpu_model": cpu_model(), "threads": THREADS, "env": env, "args": vars(args), "rows": rows}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(args.json, out)  # atomic: no half-written file
     return 0
 
 
