@@ -183,6 +183,7 @@ def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Bui
 
     from common.cli_args import config_or_report
     from common.logging import route_library_logging, setup_logging
+    from common.openmp_env import wait_policy
     from services.probes import ProbeServer, WorkerMetrics, default_replica
     cfg = config_or_report(args, role.value)
     if cfg is None:
@@ -190,6 +191,7 @@ def run_worker(args, role: wire.Role, build: Callable[[Config, str, object], Bui
     replica = default_replica(args.replica)
     log = setup_logging(role.value, replica, cfg.log_level)
     route_library_logging()
+    log.info("openmp wait policy", settings=wait_policy())  # {} = libgomp's defaults
     holder: dict[str, object] = {}  # "built", "loop": filled as they come up (read by the probes)
     metrics = WorkerMetrics(role.value, replica, lambda: _slots(holder),
                             lambda: getattr(holder.get("loop"), "serving", False), lambda: _kernels(holder))

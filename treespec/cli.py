@@ -24,6 +24,7 @@ COMMANDS = {
     "compose-gpus": ("treespec.compose_gpus", "write a Compose override pinning each draft/verifier replica to GPUs"),
 }
 SERVICES = ("up", "scheduler", "draft", "verifier", "gateway")  # their logs hold JSON only: no progress bars
+WORKERS = ("draft", "verifier")  # take turns on the CPU cores: a shorter OpenMP spin (common/openmp_env.py)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     if first in SERVICES:
         from common.logging import quiet_progress_bars
         quiet_progress_bars()  # before the service's imports: tqdm reads its switch when imported
+    if first in WORKERS:
+        from common.openmp_env import set_worker_wait_policy
+        set_worker_wait_policy()  # before torch loads libgomp, which reads it once
     args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     return int(importlib.import_module(args._module).run(args) or 0)
 

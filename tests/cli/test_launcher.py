@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 import psutil
 
 from common.control_keys import default_keys_dir
+from common.openmp_env import set_worker_wait_policy, wait_policy
 from services.scheduler.client import SchedulerClient
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
@@ -55,10 +57,25 @@ class TestLauncher:
                                ("draft", "worker stopped"), ("verifier", "worker stopped")):
             assert event in (tmp_path / f"{service}-0.log").read_text(), service
 
+    def test_workers_run_with_the_worker_openmp_spin_count(self, tmp_path):
+        """Draft and verifier started by `up` log the worker OpenMP wait policy (GOMP_SPINCOUNT
+        30000 unless this environment chose one), set before their torch import."""
+        expected = dict(os.environ)
+        set_worker_wait_policy(expected)
+        proc, addr = _up(tmp_path)
+        client = SchedulerClient(addr, str(default_keys_dir()), name="launcher-test")
+        client.wait_ready(120)
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        for service in ("draft", "verifier"):
+            events = [json.loads(ln) for ln in (tmp_path / f"{service}-0.log").read_text().splitlines()
+                      if "openmp wait policy" in ln]
+            assert [e["settings"] for e in events] == [wait_policy(expected)], service
+
 
 def _sse_stream(url: str, body: dict):
     """POST a streaming completion; yields each decoded SSE data payload (a dict, or '[DONE]')."""
-    import json
     import urllib.request
     req = urllib.request.Request(url + "/v1/completions", json.dumps({**body, "stream": True}).encode(),
                                  {"Content-Type": "application/json"})
