@@ -33,6 +33,7 @@ from services.scheduler.workers import WorkerRegistry
 STATS_INTERVAL_S = 1.0
 IDLE_WAIT_S = 0.05  # longest sleep between housekeeping passes (expiry, deadlines)
 STEP_TIMEOUT_FACTOR = 12  # a step reply may take this many heartbeat timeouts
+STEPS = (wire.DraftStep, wire.VerifyStep)  # the messages that start a worker's step
 GATEWAY_FORGET_FACTOR = 3  # stop sending Stats to a gateway silent this many heartbeat timeouts
 
 
@@ -118,6 +119,8 @@ class SchedulerLoop:
 
     def _send(self, outs: list[Out]) -> None:
         for identity, msg in outs:
+            if isinstance(msg, STEPS):  # log_level=debug: scripts/message_hops.py times the messages
+                self.log.debug("step sent", step=type(msg).__name__, round=msg.round, worker=identity.hex())
             self.pump.send([identity, wire.encode(msg)])
 
     def _handle(self, frames: list[bytes], now: float) -> None:
@@ -156,6 +159,9 @@ class SchedulerLoop:
 
     def _dispatch(self, identity: bytes, msg: wire.Message, now: float) -> None:
         self.workers.touch(identity, now)
+        if isinstance(msg, wire.DraftResult | wire.VerifyResult):
+            self.log.debug("step result", step=type(msg).__name__, round=msg.round, worker=identity.hex(),
+                           worker_ms=msg.draft_ms if isinstance(msg, wire.DraftResult) else msg.verify_ms)
         if isinstance(msg, (wire.Submit, wire.Abort)):
             self.gateways[identity] = now
         if isinstance(msg, wire.DraftResult):
