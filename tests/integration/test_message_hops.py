@@ -18,8 +18,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_debug_log_times_every_step_message(tmp_path):
-    """With log_level=debug every draft and verify step the scheduler sends has a matching result
-    event (same step, round and worker), and message_hops gives non-negative message and scheduler
+    """With log_level=debug every draft and verify step result the scheduler handles matches a step it
+    logged as sent (same kind, round and worker), and message_hops gives non-negative message and scheduler
     times for both kinds of step; at the default level neither event is written."""
     body = {"prompt": "def f(x):", "max_tokens": 24, "temperature": 0.0, "ignore_eos": True}
     logs = {}
@@ -33,7 +33,9 @@ def test_debug_log_times_every_step_message(tmp_path):
         logs[name] = dep.log_dir / "scheduler-0.log"
     sent, results = events(logs["debug"], "step sent"), events(logs["debug"], "step result")
     assert {e["step"] for e in sent} == {"DraftStep", "VerifyStep"}
-    assert sorted((e["round"], e["worker"]) for e in sent) == sorted((e["round"], e["worker"]) for e in results)
+    keys = [(e["step"].removesuffix("Step"), e["round"], e["worker"]) for e in sent]
+    answered = [(e["step"].removesuffix("Result"), e["round"], e["worker"]) for e in results]
+    assert set(answered) <= set(keys) and len(keys) - len(answered) <= 1  # a last look-ahead draft may be unanswered
     hops = hop_times(sent, results, max_ms=1e9)
     assert set(hops) == {"messages DraftStep", "messages VerifyStep", "scheduler after DraftResult",
                          "scheduler after VerifyResult"}
