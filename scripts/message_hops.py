@@ -28,7 +28,7 @@ from treespec.bench import write_json
 from treespec.bench_llamacpp import cpu_model
 
 NEXT = {"DraftResult": "VerifyStep", "VerifyResult": "DraftStep"}  # what a result leads to
-RESULT = {"DraftStep": "DraftResult", "VerifyStep": "VerifyResult"}
+STEP_OF = {"DraftResult": "DraftStep", "VerifyResult": "VerifyStep"}  # the step a result answers
 
 
 def hop_times(sent: list[dict], results: list[dict], max_ms: float) -> dict[str, list[float]]:
@@ -37,7 +37,7 @@ def hop_times(sent: list[dict], results: list[dict], max_ms: float) -> dict[str,
     out: dict[str, list[float]] = {}
     by_key = {(e["step"], e["round"], e["worker"]): e for e in sent}
     for r in results:
-        s = by_key.get((_step_of(r["step"]), r["round"], r["worker"]))
+        s = by_key.get((STEP_OF[r["step"]], r["round"], r["worker"]))
         if s is not None and r["worker_ms"] <= max_ms:
             out.setdefault(f"messages {s['step']}", []).append((r["t"] - s["t"]) * 1e3 - r["worker_ms"])
     timeline = sorted(sent + results, key=lambda e: e["t"])
@@ -46,10 +46,6 @@ def hop_times(sent: list[dict], results: list[dict], max_ms: float) -> dict[str,
                 and a["worker_ms"] <= max_ms:
             out.setdefault(f"scheduler after {a['step']}", []).append((b["t"] - a["t"]) * 1e3)
     return out
-
-
-def _step_of(result: str) -> str:
-    return next(step for step, res in RESULT.items() if res == result)
 
 
 def main() -> None:
