@@ -94,7 +94,7 @@ def candidates(w) -> tuple[str, ...]:
     """Kernels that can run weight ``w``, the format's default first."""
     dense = dense_of(w)
     cpu_bf16 = dense is not None and dense.device.type == "cpu" and dense.dtype in ONEDNN_DTYPES
-    onednn = ("onednn",) if cpu_bf16 and torch.backends.mkldnn.is_available() else ()
+    onednn = ("onednn",) if cpu_bf16 and _onednn_bf16_available() else ()
     if isinstance(w, torch.Tensor):
         return ("linear", *onednn, *(("packed",) if cpu_bf16 and w.dim() == 2 and library() is not None else ()))
     if isinstance(w, Int8Weight):
@@ -105,6 +105,14 @@ def candidates(w) -> tuple[str, ...]:
         w4a8 = ("w4a8",) if packed and not w.exact and _w4a8_available() else ()
         return ("int4", *(("dense", *onednn) if onednn else ()), *packed, *w4a8)
     return ("native", "dense", *onednn) if onednn else ("native",)
+
+
+def _onednn_bf16_available() -> bool:
+    """oneDNN's bf16 linear runs on this CPU: torch built with it, and the CPU has what its bf16
+    path needs (AVX512 BW/VL/DQ or AVX-NE-CONVERT). On an AVX2-only CPU (an AMD EPYC Zen 2,
+    2026-12-05) the weight reorder raises ``RuntimeError: ... bf16 path needs the cpu support``,
+    which took the worker down at start; there the bf16 weights keep ``linear`` and ``packed``."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def _w4a8_available() -> bool:

@@ -5,19 +5,21 @@ import json
 import torch
 
 from common.modeling.kernel_probe import HEAD, HEAD_MAX_ROWS, KernelPlan, install, make_plan, plan_key, probe_timings
-from common.modeling.kernels import ROW_BUCKETS, PlannedWeight
+from common.modeling.kernels import ROW_BUCKETS, PlannedWeight, _onednn_bf16_available
 from common.modeling.loader import load_model
 from common.modeling.quant import quantize_weights
 
-CAP = 4  # buckets up to this many rows are "fast" for the fake onednn kernel
+CAP = 4  # buckets up to this many rows are "fast" for the fake FAST kernel
+# oneDNN where its bf16 path runs (AVX512 BW/VL/DQ); treespec's packed kernel on AVX2-only CPUs (CI has g++)
+FAST = "onednn" if _onednn_bf16_available() else "packed"
 
 
 def fake_timer(calls: list):
-    """onednn 1 ms up to CAP rows and 9 ms above; every other kernel 5 ms; records labels."""
+    """FAST 1 ms up to CAP rows and 9 ms above; every other kernel 5 ms; records labels."""
     def timer(label, fn):
         calls.append(label)
         _, rows, kernel = label
-        return (1.0 if rows <= CAP else 9.0) if kernel == "onednn" else 5.0
+        return (1.0 if rows <= CAP else 9.0) if kernel == FAST else 5.0
     return timer
 
 
@@ -27,28 +29,30 @@ def _model(dtype="bfloat16"):
 
 class TestProbe:
     def test_fake_timer_decides_the_plan(self, tmp_path):
-        """With injected timings the plan takes onednn up to CAP rows and the default above, for layers and head."""
+        """With injected timings the plan takes FAST up to CAP rows and the default above, for layers and head."""
         model = _model()
         plan = install(model, True, tmp_path, fake_timer([]))
         assert plan.source == "probe"
-        assert plan.ladders["bfloat16"] == ((CAP, "onednn"), (ROW_BUCKETS[-1], "linear"))
-        assert plan.ladders[HEAD] == ((CAP, "onednn"), (HEAD_MAX_ROWS, "linear"))
+        assert plan.ladders["bfloat16"] == ((CAP, FAST), (ROW_BUCKETS[-1], "linear"))
+        assert plan.ladders[HEAD] == ((CAP, FAST), (HEAD_MAX_ROWS, "linear"))
         assert isinstance(model.w["layers.1.gate_up.weight"], PlannedWeight)
         assert isinstance(model.head_weight, PlannedWeight)
-        assert ("bfloat16", CAP, "onednn") in plan.choices() and ("bfloat16", 32, "linear") in plan.choices()
+        assert ("bfloat16", CAP, FAST) in plan.choices() and ("bfloat16", 32, "linear") in plan.choices()
 
     def test_int4_draft_gets_a_ladder(self, tmp_path):
-        """An int4 draft (with its bf16 copy) gets an int4-format ladder: the bf16 copy via oneDNN up to CAP rows, int4 above."""
+        """An int4 draft (with its bf16 copy) gets an int4-format ladder: FAST up to CAP rows (oneDNN on the bf16
+        copy, or the packed codes), int4 above."""
         from common.modeling.model import DecoderModel
         base = _model()
         draft = DecoderModel(base.spec, quantize_weights(dict(base.w), keep_dense=True), base.dtype)
         ref = DecoderModel(base.spec, dict(draft.w), base.dtype)
         plan = install(draft, True, tmp_path, fake_timer([]))
-        assert plan.ladders["int4"] == ((CAP, "onednn"), (ROW_BUCKETS[-1], "int4"))
+        assert plan.ladders["int4"] == ((CAP, FAST), (ROW_BUCKETS[-1], "int4"))
         assert isinstance(draft.w["layers.0.qkv.weight"], PlannedWeight)
         x = torch.randn(8, base.spec.hidden_size).to(torch.bfloat16)
         w, own = draft.w["layers.0.o.weight"], ref.w["layers.0.o.weight"]
-        want = torch.nn.functional.linear(x[:3], own.dense).float()
+        # oneDNN runs the kept bf16 copy; the packed kernel the int4 codes, as the int4 kernel does
+        want = (torch.nn.functional.linear(x[:3], own.dense) if FAST == "onednn" else own.linear(x[:3])).float()
         assert (w.linear(x[:3]).float() - want).abs().max() <= 0.02 * want.abs().max()
         assert torch.equal(w.linear(x), own.linear(x))  # 8 rows: the int4 kernel, as Int4Weight runs it
 
@@ -57,7 +61,7 @@ class TestProbe:
         model = _model()
         t = probe_timings(model.w, model.head_weight, model.spec.num_layers, fake_timer([]), reps=1)
         assert t[("bfloat16", 1, "linear")] == 5.0 * model.spec.num_layers
-        assert t[(HEAD, 1, "onednn")] == 1.0
+        assert t[(HEAD, 1, FAST)] == 1.0
 
     def test_budget_stops_probing(self):
         """Past the time budget no further row bucket is probed."""
@@ -89,7 +93,7 @@ class TestProbe:
         m = _model()
         plan = make_plan(m.w, m.head_weight, m.spec.num_layers, tmp_path, timer, budget_s=1.0)
         assert plan.source == "probe-incomplete" and list(tmp_path.iterdir()) == []
-        assert plan.ladders == {"bfloat16": ((1, "onednn"),)}  # the head, never timed, keeps its default
+        assert plan.ladders == {"bfloat16": ((1, FAST),)}  # the head, never timed, keeps its default
 
     def test_probed_model_gives_the_same_logits(self, tmp_path):
         """A model on the chosen kernels computes the same forward as on the defaults (float rounding aside)."""
@@ -115,7 +119,7 @@ class TestCache:
         calls: list = []
         plan = install(_model(), True, tmp_path, fake_timer(calls))
         assert plan.source == "cache" and calls == []
-        assert plan.ladders["bfloat16"] == ((CAP, "onednn"), (ROW_BUCKETS[-1], "linear"))
+        assert plan.ladders["bfloat16"] == ((CAP, FAST), (ROW_BUCKETS[-1], "linear"))
 
     def test_key_follows_shapes_formats_and_threads(self, monkeypatch):
         """The cache key changes with the weight shapes, the weight format, the thread count and the CPU model."""

@@ -5,6 +5,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
+from common.modeling import kernels
 from common.modeling.kernels import (KERNELS, PlannedWeight, apply_plan, candidates, choose, pick, planned, prepare,
                                      weight_format, weight_shape)
 from common.modeling.native import library
@@ -13,6 +14,8 @@ from common.modeling.quant import quantize_main_weights, quantize_weights
 ROWS = (1, 3, 8, 16, 33)
 LIB = library()
 W4A8 = ("w4a8",) if LIB is not None and LIB.w4a8_vnni else ()  # the draft's kernel, where VNNI exists
+ONEDNN = ("onednn",) if kernels._onednn_bf16_available() else ()  # oneDNN's bf16 path: AVX512 BW/VL/DQ or AVX-NE-CONVERT
+FAST = "onednn" if ONEDNN else "packed"  # a non-default bf16 kernel this host runs (packed: CI has g++)
 
 
 def _weights(dtype=torch.bfloat16, keep_dense=True) -> dict:
@@ -25,12 +28,32 @@ def _weights(dtype=torch.bfloat16, keep_dense=True) -> dict:
 
 
 class TestCandidates:
+    def test_onednn_is_offered_exactly_where_its_bf16_reorder_runs(self):
+        """oneDNN is a bf16 candidate exactly where its weight reorder runs on this CPU (on an AVX2-only
+        CPU it raises, which took the worker down at start)."""
+        w = torch.randn(64, 128).to(torch.bfloat16)
+        try:
+            torch.ops.mkldnn._reorder_linear_weight(w)
+            runs = True
+        except RuntimeError:
+            runs = False
+        assert ("onednn" in candidates(w)) == runs
+        assert ("onednn" in candidates(_weights()["layers.0.qkv.weight"])) == runs
+
+    def test_without_onednn_bf16_no_weight_offers_it(self, monkeypatch):
+        """Where oneDNN's bf16 path is missing, neither a bf16 matrix nor an int4 weight's bf16 copy offers
+        onednn (nor dense, the copy's other kernel), and the packed kernel is still offered."""
+        monkeypatch.setattr(kernels, "_onednn_bf16_available", lambda: False)
+        w = _weights()["layers.0.qkv.weight"]
+        assert candidates(w.dense) == ("linear", "packed")
+        assert candidates(w) == ("int4", "packed", *W4A8)
+
     def test_every_dense_candidate_matches_f_linear(self):
         """Every kernel for a dense bf16 matrix equals F.linear within float rounding, bias included."""
         dtype = torch.bfloat16
         g = torch.Generator().manual_seed(1)
         w, b = (torch.randn(64, 128, generator=g) * 0.05).to(dtype), torch.randn(64, generator=g).to(dtype)
-        assert candidates(w) == ("linear", "onednn", "packed")
+        assert candidates(w) == ("linear", *ONEDNN, "packed")
         for rows in ROWS:
             x = torch.randn(2, rows, 128, generator=g).to(dtype)
             ref = F.linear(x, w, b).float()
@@ -42,14 +65,15 @@ class TestCandidates:
     def test_every_int4_candidate_matches_its_reference(self):
         """The int4 kernel equals the Int4Weight's own product, and so does the packed int4 kernel (the W4A8 one within its int8 rounding); dense/onednn equal F.linear on the kept bf16 copy."""
         w = _weights()["layers.0.qkv.weight"]
-        assert weight_format(w) == "int4" and candidates(w) == ("int4", "dense", "onednn", "packed", *W4A8)
+        assert weight_format(w) == "int4" and candidates(w) == ("int4", *(("dense", "onednn") if ONEDNN else ()),
+                                                                "packed", *W4A8)
         g = torch.Generator().manual_seed(2)
         for rows in ROWS:
             x = torch.randn(rows, 128, generator=g).to(torch.bfloat16)
             int4 = KERNELS["int4"](x, prepare("int4", w), None)
             assert torch.equal(int4, w.linear(x) if rows <= 16 else KERNELS["int4"](x, w, None))
             ref = F.linear(x, w.dense).float()
-            for kernel in ("dense", "onednn"):
+            for kernel in ("dense", "onednn") if ONEDNN else ():
                 y = KERNELS[kernel](x, prepare(kernel, w), None).float()
                 assert torch.allclose(y, ref, atol=1e-2, rtol=1e-2), (kernel, rows)
             packed = KERNELS["packed"](x, prepare("packed", w), None).float()  # int4 codes, like the int4 kernel
@@ -125,7 +149,7 @@ class TestApplyPlan:
         """After apply_plan the projections run the chosen kernels and give F.linear's result; others stay."""
         weights = _weights(keep_dense=None)
         before = {k: v.clone() for k, v in weights.items()}
-        apply_plan(weights, {"bfloat16": ((4, "onednn"), (128, "linear"))})
+        apply_plan(weights, {"bfloat16": ((4, FAST), (128, "linear"))})
         assert isinstance(weights["layers.0.qkv.weight"], PlannedWeight)
         assert torch.equal(weights["layers.0.in_norm"], before["layers.0.in_norm"])
         assert torch.equal(weights["embed"], before["embed"])
@@ -153,5 +177,5 @@ class TestApplyPlan:
     def test_planned_weight_keeps_only_used_forms(self):
         """A PlannedWeight holds one operand per kernel on its ladder (the replaced dense tensor is not kept)."""
         w = _weights()["layers.0.qkv.weight"]
-        p = PlannedWeight(w, ((8, "int4"), (128, "onednn")))
-        assert set(p.forms) == {"int4", "onednn"} and p.forms["int4"].dense is None and p.shape == (96, 128)
+        p = PlannedWeight(w, ((8, "int4"), (128, FAST)))
+        assert set(p.forms) == {"int4", FAST} and p.forms["int4"].dense is None and p.shape == (96, 128)
