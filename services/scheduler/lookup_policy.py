@@ -47,6 +47,8 @@ MIN_RATE_WEIGHT = 1.5  # decayed rounds of each kind (two) before measured rates
 SEQ_PRIOR_WEIGHT = 2.0  # sequence-rounds' worth of the engine-wide means in a sequence's own estimate
 LOOKUP_EXPLORE_EVERY = 8  # a sequence's rounds between grafts made whatever the model says (lookup explores)
 LOOKUP_EXPLORE_BACKOFF = 5  # ... each explore while lookup does not pay doubles that gap, up to 2^5 x
+LOOKUP_EXPLORE_COST = 0.25  # an explore grafts the nodes whose rows add at most this share to the verify pass ...
+LOOKUP_EXPLORE_MIN_NODES = 2  # ... but at least this many (a chain's first tokens tell whether the text copies)
 
 
 class LookupStats:

@@ -52,7 +52,8 @@ from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
 from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
-from services.scheduler.lookup_policy import CostCorrection, LookupStats, SeqLookup
+from services.scheduler.lookup_policy import (LOOKUP_EXPLORE_COST, LOOKUP_EXPLORE_MIN_NODES, CostCorrection, LookupStats,
+                                              SeqLookup)
 
 EXPLORE_EVERY = 8  # rounds
 EXPLORE_MIN_REMAINING = 16  # tokens: no explore round when the batch may generate fewer (mean)
@@ -212,20 +213,33 @@ class TreePolicy:
         while they pay (``LookupStats.pays`` on the sequence's means, the engine-wide ones as
         prior, and the corrected verify cost, a gained token worth ``value``: less off the batch's
         critical path, ``makespan.py``) and its rounds with them did not measure slower
-        (``seq.rates``), before anything is measured, or on the sequence's explore rounds
-        (``SeqLookup.explore_due``)."""
+        (``seq.rates``), and before anything is measured; otherwise an explore graft
+        (``_explore_nodes``) on the sequence's explore rounds (``SeqLookup.explore_due``), else 0."""
         cap = self.budget.lookup_nodes
         if cap == 0 or self.verify is None or not (self.lookup.measured or seq.stats.measured):
             return cap
-        if seq.explore_due():
-            return cap
+        explore = seq.explore_due()
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
-        if seq.rates.loses(batch) or not seq.stats.pays(lambda rows: self.verify_ms(batch, rows),
-                                                        batch, size, expected, prior=self.lookup, value=value):
-            return 0
-        seq.misses = 0
-        return cap
+        if not seq.rates.loses(batch) and seq.stats.pays(lambda rows: self.verify_ms(batch, rows),
+                                                         batch, size, expected, prior=self.lookup, value=value):
+            seq.misses = 0
+            return cap
+        return self._explore_nodes(batch, size, cap) if explore else 0
+
+    def _explore_nodes(self, batch: int, size: int, cap: int) -> int:
+        """Lookup nodes of an explore graft: the most, up to ``cap``, whose verify rows the corrected
+        cost prices at most ``LOOKUP_EXPLORE_COST`` over the round's pass of ``batch`` trees of
+        ``size`` nodes, and at least ``LOOKUP_EXPLORE_MIN_NODES``. On a batch that is already
+        compute-bound (8 streams on 2 cores: 8 plain rows 130 ms, ~35 rows 560 ms, ``lookup_policy``)
+        a full graft nearly doubles the round for a sequence whose lookup measured no gain; a
+        chain's first tokens still show whether the text began to copy."""
+        rows = batch * (size + 1)
+        limit = self.verify_ms(batch, rows) * (1 + LOOKUP_EXPLORE_COST)
+        nodes = cap
+        while nodes > LOOKUP_EXPLORE_MIN_NODES and self.verify_ms(batch, rows + nodes) > limit:
+            nodes -= 1
+        return min(cap, nodes)
 
     def verify_ms(self, batch: int, rows: int) -> float:
         """Predicted ms of one verify pass over ``rows`` tokens of ``batch`` sequences: the

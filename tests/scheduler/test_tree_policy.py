@@ -9,7 +9,7 @@ from common.config import Config
 from common.tree_budget import AUTO_DEFAULT_SIZE
 from services.scheduler.estimates import SIZES, CostCurve
 from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPLORE_BACKOFF, LOOKUP_EXPLORE_EVERY,
-                                             MIN_LOOKUP_ACCEPT, SeqLookup)
+                                             LOOKUP_EXPLORE_MIN_NODES, MIN_LOOKUP_ACCEPT, SeqLookup)
 from services.scheduler.makespan import OFF_PATH_VALUE
 from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY,
@@ -274,10 +274,29 @@ class TestLookupNodes:
 
     def test_useless_lookup_dropped_on_steep_costs(self):
         """Lookup nodes never accepted, with each verified token costing a full pass, are
-        dropped except on explore rounds."""
+        dropped except on explore rounds, which graft a short chain."""
         p, seq = self.lookup_policy(((1, 100.0), (256, 25600.0)), 0.0)
         offered = [p.lookup_nodes(1, 8, 4, seq) for _ in range(2 * LOOKUP_EXPLORE_EVERY)]
-        assert offered.count(0) == 2 * LOOKUP_EXPLORE_EVERY - 2 and offered.count(8) == 2
+        assert offered.count(0) == 2 * LOOKUP_EXPLORE_EVERY - 2 and offered.count(LOOKUP_EXPLORE_MIN_NODES) == 2
+
+    def test_explore_grafts_only_what_the_pass_absorbs(self):
+        """An explore graft takes the nodes whose rows add at most LOOKUP_EXPLORE_COST to the verify
+        pass: the whole budget on a flat curve, LOOKUP_EXPLORE_MIN_NODES on a batch of 8 where each row
+        costs a full one-row pass, and in between on a curve between the two."""
+        curves = {((1, 100.0), (256, 101.0)): 8, ((1, 100.0), (256, 25600.0)): LOOKUP_EXPLORE_MIN_NODES,
+                  ((1, 100.0), (17, 200.0)): 5}  # 8 rows: 143.75 ms; 13: 175.0 <= 1.25 x 143.75 < 14: 181.25
+        for verify, nodes in curves.items():
+            p, seq = self.lookup_policy(verify, 0.0)
+            offered = [p.lookup_nodes(8, 0, 0, seq) for _ in range(LOOKUP_EXPLORE_EVERY)]
+            assert offered == [0] * (LOOKUP_EXPLORE_EVERY - 1) + [nodes]
+
+    def test_an_explore_round_where_lookup_pays_grafts_the_budget(self):
+        """A due explore round grafts the whole budget when the model says lookup pays (only lookup
+        that does not pay is explored with a short chain) and resets the explore back-off."""
+        p, seq = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
+        seq.misses = 3
+        assert [p.lookup_nodes(8, 0, 0, seq) for _ in range(LOOKUP_EXPLORE_EVERY)] == [8] * LOOKUP_EXPLORE_EVERY
+        assert seq.misses == 0
 
     def test_a_request_off_the_critical_path_grafts_only_on_explores(self):
         """Lookup nodes that are all accepted, on a flat verify curve, are grafted at full worth;
