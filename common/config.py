@@ -159,7 +159,7 @@ def _validate_main_quantization(cfg: Config) -> None:
 
 
 def _validate_w4a8(cfg: Config) -> None:
-    """w4a8's exact attention kernel takes bf16 or fp32. The host checks (AVX512-VNNI, g++) are the
+    """w4a8's exact attention kernel takes bf16 or fp32. The host checks (AVX512-VNNI or AVX2, g++) are the
     verifier worker's, where the kernel is built (``quant.quantize_main_weights``): the gateway and
     scheduler load this config too, possibly on other machines or images without a compiler."""
     if cfg.dtype == "float16":

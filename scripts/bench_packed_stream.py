@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from common.modeling.kernel_probe import cpu_model
+from common.host import cpu_model
 from common.modeling.kernels import KERNELS, prepare
 from common.modeling.native import library
 from common.modeling.quant import quantize_main_weights
@@ -87,7 +87,7 @@ def main() -> None:
         raise SystemExit("the packed kernel did not build on this host (is g++ installed?)")
     result = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "variant": lib.variant,
               "w4a8_variant": lib.w4a8_variant, "rows": ROWS, "ms": {}}
-    w4a8 = ("w4a8",) if lib.w4a8_vnni else ()
+    w4a8 = ("w4a8",) if lib.w4a8_fast else ()
     formats = args.formats.split(",")
     for fmt, kernels, gb in (("bf16", ("onednn", "packed"), 2.62), ("int8", ("native", "packed"), 1.31),
                              ("int4", ("int4", "packed", *w4a8), 0.66)):

@@ -74,7 +74,7 @@ def _exact_attention(model: DecoderModel, limits: tuple[tuple[int, int | None], 
 
 def _draft_head(model: DecoderModel) -> None:
     """A quantized CPU draft's LM head: int4 codes per group of 64 in the W4A8 kernel (``_w4a8_head``)
-    where that kernel's AVX512-VNNI variant built, else int8 per row (``_int8_head``). The head is read
+    where that kernel's AVX512-VNNI or AVX2 variant built, else int8 per row (``_int8_head``). The head is read
     at every draft level; on the 2-core Intel Xeon host (the 32,768-row head of Qwen2.5-Coder-0.5B) a
     depth-6 draft step took 82 ms with the W4A8 head and 97 ms with the int8 one, and over 3,101 prompt
     positions of HumanEval and Spec-Bench the main model's greedy token was among the draft's top 4 in
@@ -82,7 +82,7 @@ def _draft_head(model: DecoderModel) -> None:
     head (an A/B switch for measurements)."""
     from common.modeling.native import library
     lib = library()
-    if lib is None or not lib.w4a8_vnni or os.environ.get("TREESPEC_DRAFT_HEAD", "w4a8") == "int8":
+    if lib is None or not lib.w4a8_fast or os.environ.get("TREESPEC_DRAFT_HEAD", "w4a8") == "int8":
         _int8_head(model)
     else:
         _w4a8_head(model, lib)
@@ -116,7 +116,7 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
     LM head by int8 (activations and KV cache keep ``dtype``); w4a8 runs both in the W4A8 kernel,
     with row-independent passes (``_row_independent``): the served model is then that
     quantized model, and speculation is lossless with respect to it. Raises ValueError for w4a8
-    where its kernel cannot run (no g++, no AVX512-VNNI)."""
+    where its kernel cannot run (no g++, neither AVX512-VNNI nor AVX2)."""
     spec, weights, tok = load_weights(cfg.main_model_path, cfg.dtype)
     if cfg.main_quantization != "none":
         weights = quantize_main_weights(weights, cfg.main_quantization, DTYPES[cfg.dtype], cfg.main_int4_dense)

@@ -18,7 +18,7 @@ result up to float rounding but differ in speed by host, weight shape and row co
 * ``w4a8``: treespec's W4A8 kernel (``csrc/w4a8_gemm.cpp``: int8 activations, VNNI integer
   dot products; AMX-INT8 tiles from the row count ``amx.py`` measured) on an int4 weight that
   need not be exact (``Int4Weight.exact`` False: a draft model's), where the library has its
-  AVX512-VNNI variant.
+  AVX512-VNNI or AVX2 variant.
 
 :func:`choose` turns timings (``kernel_probe.py`` measures them at worker start) into a
 ladder per format; :func:`apply_plan` wraps each projection weight in a
@@ -116,9 +116,9 @@ def _onednn_bf16_available() -> bool:
 
 
 def _w4a8_available() -> bool:
-    """The W4A8 kernel's AVX512-VNNI variant built on this host (its portable variant is only a
-    reference), unless ``TREESPEC_W4A8=0`` (an A/B switch for measurements)."""
-    return os.environ.get("TREESPEC_W4A8", "1") != "0" and library().w4a8_vnni
+    """The W4A8 kernel's AVX512-VNNI or AVX2 variant built on this host (its portable variant is
+    only a reference), unless ``TREESPEC_W4A8=0`` (an A/B switch for measurements)."""
+    return os.environ.get("TREESPEC_W4A8", "1") != "0" and library().w4a8_fast
 
 
 def _int8_packable(w: Int8Weight) -> bool:

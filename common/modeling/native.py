@@ -153,8 +153,9 @@ class PackedGemmLibrary:
         self.rope = self._lib.treespec_rope
         self.silu_mul = self._lib.treespec_silu_mul
         self.variant = self._lib.treespec_variant().decode()
-        self.w4a8_variant = self._lib.treespec_w4a8_variant().decode()  # avx512vnni | portable
-        self.w4a8_vnni = self.w4a8_variant == "avx512vnni"  # fast W4A8 (the portable variant is a reference)
+        self.w4a8_variant = self._lib.treespec_w4a8_variant().decode()  # avx512vnni | avx2 | portable
+        self.w4a8_vnni = self.w4a8_variant == "avx512vnni"  # the variant the AMX-INT8 path extends
+        self.w4a8_fast = self.w4a8_variant != "portable"  # a W4A8 kernel to serve (portable: a reference)
         self.w4a8_amx = bool(self._lib.treespec_w4a8_amx())  # AMX-INT8 built and granted by the OS
         self.w4a8_amx_rows = 0  # W4A8 calls with at least this many rows take the AMX path (0: never)
         self.bf16_amx = bool(self._lib.treespec_bf16_amx())  # AMX-BF16 built and granted by the OS

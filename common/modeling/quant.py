@@ -16,7 +16,7 @@ Schemes (weight-only; activations and the KV cache keep the model dtype):
   (``native.PackedGemmLibrary.pack_w4a8``; llama.cpp's Q4 x Q8 dot products do the same). Not
   weight-only: the served model is the W4A8 one, every pass of every row count runs the same
   kernel, and a row's result does not depend on the rows beside it (integer dot products), so
-  speculation stays lossless with respect to it. Needs the kernel's AVX512-VNNI variant.
+  speculation stays lossless with respect to it. Needs the kernel's AVX512-VNNI or AVX2 variant.
 - int8: symmetric, one scale per output channel (gpt-fast's ``WeightOnlyInt8QuantHandler``;
   LLM.int8()'s vector-wise quantization, Dettmers et al. 2022, without its outlier
   decomposition): ``w ~= q * scale``, ``q`` in -127..127, ``scale = max|w_row| / 127``,
@@ -214,7 +214,7 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
     embeddings, norms, biases and the LM head stay in ``dtype``. Scales are kept in
     ``dtype`` (the activations' dtype). ``w4a8`` -> the W4A8 kernel's packed weights
     (``native.PackedWeight``, module docstring). ``none`` returns ``weights`` unchanged.
-    Raises ValueError for an unknown scheme, or for ``w4a8`` without the kernel's VNNI variant."""
+    Raises ValueError for an unknown scheme, or for ``w4a8`` without the kernel's VNNI or AVX2 variant."""
     if scheme not in MAIN_SCHEMES:
         raise ValueError(f"main_quantization must be one of {', '.join(MAIN_SCHEMES)}, got {scheme!r}")
     if scheme == "none":
@@ -237,14 +237,15 @@ def quantize_main_weights(weights: dict[str, torch.Tensor], scheme: str, dtype: 
 
 
 def _w4a8_library():
-    """treespec's kernel library with its AVX512-VNNI W4A8 variant; ValueError naming what is missing."""
+    """treespec's kernel library with a served W4A8 variant (AVX512-VNNI or AVX2); ValueError naming
+    what is missing."""
     from common.modeling.native import library  # torch + ctypes; only a w4a8 main needs it
     lib = library()
-    if lib is None or not lib.w4a8_vnni:
+    if lib is None or not lib.w4a8_fast:
         found = "no native kernel library (g++ missing or TREESPEC_NATIVE_KERNEL=0)" if lib is None else \
-            f"its {lib.w4a8_variant} variant (this CPU lacks avx512_vnni)"
-        raise ValueError(f"main_quantization=w4a8 needs treespec's W4A8 kernel built for AVX512-VNNI; found {found}. "
-                         "Use main_quantization=int4 on this host.")
+            f"its {lib.w4a8_variant} variant (this CPU lacks both avx512_vnni and avx2 + fma)"
+        raise ValueError(f"main_quantization=w4a8 needs treespec's W4A8 kernel built for AVX512-VNNI or AVX2; "
+                         f"found {found}. Use main_quantization=int4 on this host.")
     return lib
 
 

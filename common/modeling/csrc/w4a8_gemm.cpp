@@ -1,5 +1,6 @@
 // treespec's W4A8 projection kernel: y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]) with int4 weights
-// and activations quantized to int8 inside the call, integer dot products (AVX512-VNNI VPDPBUSD).
+// and activations quantized to int8 inside the call, integer dot products (AVX512-VNNI VPDPBUSD; on
+// AVX2-only CPUs VPMADDUBSW + VPMADDWD, the same integers).
 // Built with packed_gemm.cpp by common/modeling/native.py. Rounding the activations changes the
 // model's numbers, so a main model runs it only as main_quantization = w4a8, for every pass (the
 // served model is then this one); a draft's kernel probe may pick it at any row count.
@@ -29,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 #include "bf16.h"
 #include "int4_scales.h"
@@ -128,6 +130,57 @@ static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, 
   }
 }
 static const int W_MB = 4;  // rows per register block: 16 int32 accumulators + 8 nibble registers
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define W4A8_VARIANT "avx2"
+static inline __m256 widen_bf16_8(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+// VPDPBUSD on AVX2: a + (u8 codes x s8 activations, each 4 adjacent products summed into an int32 lane).
+// VPMADDUBSW sums pairs into int16 with saturation, which never happens here (2 * 15 * 127 = 3810), and
+// VPMADDWD by ones sums the pairs' pairs: the same exact integers as the VNNI path.
+static inline __m256i dpbusd(__m256i a, __m256i u, __m256i s, __m256i ones) {
+  return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
+}
+// As the VNNI micro kernel, per 32-byte half-block u (outputs [8u, 8u + 8) of the panel: byte 4j+t of
+// half u holds output 8u+j's codes) with the octets inner, so R rows need only R accumulators; a group's
+// 2 KiB of codes stays in L1 across the half-blocks. The same integer sums and epilogue operations
+// (fma(lo, xsum, o) + sums * (scale * xs)) as the VNNI variant; the portable build may round the last
+// step differently (the compiler may contract it into an fma), so compare variants within bf16 rounding.
+template <int R>
+static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, const float* xs,
+                  const float* xsum, int64_t groups, int64_t gn, float* out, const char* pf, int pf_lines) {
+  const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < gn; ++g, w += (W_GROUP / 8) * 4 * 64) {
+    const bf16* s = sl + g * 2 * W_PANEL;
+    for (int u = 0; u < 8; ++u) {
+      for (int v = 0; v < 4; ++v) _mm_prefetch((const char*)(w + W_PREFETCH + u * 256 + v * 64), _MM_HINT_T0);
+      for (int j = 0; j < pf_lines; ++j, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);  // the next chunk, into L2
+      __m256i a[R];
+      for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_si256();
+      for (int64_t o = 0; o < W_GROUP / 8; ++o) {
+        const __m256i b = _mm256_loadu_si256((const __m256i*)(w + o * 4 * 64 + u * 32));
+        const __m256i lo = _mm256_and_si256(b, nib), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+        for (int i = 0; i < R; ++i) {
+          const int8_t* pr = p + i * K + g * W_GROUP + 8 * o;
+          int32_t q0, q1;
+          std::memcpy(&q0, pr, 4);
+          std::memcpy(&q1, pr + 4, 4);
+          a[i] = dpbusd(dpbusd(a[i], lo, _mm256_set1_epi32(q0), ones), hi, _mm256_set1_epi32(q1), ones);
+        }
+      }
+      const __m256 sc = widen_bf16_8(s + u * 8);
+      const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(-8.f), sc, widen_bf16_8(s + W_PANEL + u * 8));
+      for (int i = 0; i < R; ++i) {
+        float* o = out + i * W_PANEL + u * 8;
+        const __m256 t = _mm256_fmadd_ps(lo, _mm256_set1_ps(xsum[i * groups + g]), _mm256_loadu_ps(o));
+        const __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(a[i]), _mm256_mul_ps(sc, _mm256_set1_ps(xs[i * groups + g])));
+        _mm256_storeu_ps(o, _mm256_add_ps(t, d));
+      }
+    }
+  }
+}
+static const int W_MB = 4;  // rows per block: 4 accumulators, the half-block's two nibble registers
 #else
 #define W4A8_VARIANT "portable"
 template <int R>

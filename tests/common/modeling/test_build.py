@@ -7,7 +7,7 @@ import torch
 from common import wire
 from common.config import Config
 from common.modeling.build import MAIN_EXACT_MAX_ROWS, draft_model, main_model
-from common.modeling.native import PackedWeight, cpu_has, library
+from common.modeling.native import PackedWeight, library
 from common.modeling.quant import Int4Weight, Int8Weight
 from services.draft.runner import DraftRunner
 from services.scheduler.core import SchedulerCore
@@ -30,11 +30,12 @@ def engine(main, draft, tree_size, max_depth):
                        DraftRunner(draft, 2, MAX_LEN) if tree_size else None)
 
 
-NO_VNNI = pytest.mark.skipif(not cpu_has("avx512_vnni"), reason="w4a8 needs a CPU with AVX512-VNNI")
+NO_W4A8 = pytest.mark.skipif(not (library() and library().w4a8_fast),
+                             reason="w4a8 needs a CPU with AVX512-VNNI or AVX2 (and g++)")
 NO_AMX = pytest.mark.skipif(not (library() and library().w4a8_amx), reason="the W4A8 AMX path needs AMX-INT8")
 
 
-@pytest.fixture(scope="module", params=["int8", "int4", pytest.param("w4a8", marks=NO_VNNI)])
+@pytest.fixture(scope="module", params=["int8", "int4", pytest.param("w4a8", marks=NO_W4A8)])
 def quantized(request):
     """(scheme, the tiny main model built by main_model() with that main_quantization, fp32)."""
     cfg = Config(main_model_path="tiny-random:0", dtype="float32", main_quantization=request.param)
@@ -87,7 +88,7 @@ class TestQuantizedMain:
         assert max(accepted) > 1
 
 
-@NO_VNNI
+@NO_W4A8
 class TestW4A8BitForBit:
     @pytest.mark.parametrize("tree_size,max_depth", [(4, 2), (64, 6)])
     @pytest.mark.parametrize("amx_rows", [0, pytest.param(2, marks=NO_AMX)], ids=["vnni", "amx"])
@@ -124,7 +125,7 @@ class TestRealQuantizedMain:
     # per token for this model here (40 ms per 8960x1536 matrix at 1 row, 480 ms at 17 rows), so
     # 3 x 32 tokens would not fit CI's time; int4 losslessness is pinned on tiny models above.
     # The W4A8 kernel takes bf16 activations (rounded from fp32) whatever the model's dtype.
-    @pytest.mark.parametrize("scheme", ["int8", pytest.param("w4a8", marks=NO_VNNI)])
+    @pytest.mark.parametrize("scheme", ["int8", pytest.param("w4a8", marks=NO_W4A8)])
     def test_greedy_spec_equals_quantized_plain(self, scheme, greedy_spec_equals_plain):
         """Qwen2.5-Coder 1.5B built by main_model() with main_quantization int8 (fp32 activations) or
         w4a8 (fp32 outside its kernels, which round activations to bf16 then int8), verified with the
@@ -237,7 +238,7 @@ class TestDraftHead:
         base = dict(draft_model_path="tiny-random:1", dtype="bfloat16", kernel_probe=False, draft_vocab_size=0)
         quant, _ = draft_model(Config(**base, draft_quantization="int4"))
         dense, _ = draft_model(Config(**base, draft_quantization="none"))
-        w4a8 = switch == "w4a8" and library() is not None and library().w4a8_vnni
+        w4a8 = switch == "w4a8" and library() is not None and library().w4a8_fast
         head = quant.head_weight
         assert (head.kind == "w4a8") if w4a8 else isinstance(head, Int8Weight)
         assert isinstance(dense.head_weight, torch.Tensor)

@@ -13,7 +13,7 @@ from common.modeling.quant import quantize_main_weights, quantize_weights
 
 ROWS = (1, 3, 8, 16, 33)
 LIB = library()
-W4A8 = ("w4a8",) if LIB is not None and LIB.w4a8_vnni else ()  # the draft's kernel, where VNNI exists
+W4A8 = ("w4a8",) if LIB is not None and LIB.w4a8_fast else ()  # the draft's kernel, where VNNI or AVX2 exists
 ONEDNN = ("onednn",) if kernels._onednn_bf16_available() else ()  # oneDNN's bf16 path: AVX512 BW/VL/DQ or AVX-NE-CONVERT
 FAST = "onednn" if ONEDNN else "packed"  # a non-default bf16 kernel this host runs (packed: CI has g++)
 

@@ -30,6 +30,8 @@ def _variants(tmp_path: Path) -> dict[str, native.PackedGemmLibrary]:
         libs[(lib.variant, lib.w4a8_variant)] = lib  # both: a VNNI CPU without AVX512-BF16 builds "avx2" twice
     if native.cpu_has("avx512_vnni"):
         assert any(lib.w4a8_vnni for lib in libs.values()), "the native build must carry the VNNI W4A8 kernel"
+    if " avx2" in flags:  # x86-64-v3 (AVX2 + FMA): the W4A8 kernel an AVX2-only CPU serves
+        assert any(lib.w4a8_variant == "avx2" for lib in libs.values()), "the AVX2 build must carry the AVX2 W4A8 kernel"
     return libs
 
 

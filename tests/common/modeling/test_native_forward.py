@@ -9,13 +9,14 @@ from common.config import Config
 from common.modeling.attention import build_batch
 from common.modeling.build import draft_model, main_model
 from common.modeling.model import DecoderModel
-from common.modeling.native import cpu_has, library
+from common.modeling.native import library
 from common.modeling.native_forward import NativeForward
 from common.modeling.quant import quantize_main_weights
 from common.modeling.tiny import tiny_spec, tiny_weights
 
 NO_LIB = pytest.mark.skipif(library() is None, reason="no C++ compiler: no native kernels at all")
-NO_VNNI = pytest.mark.skipif(not cpu_has("avx512_vnni"), reason="w4a8 needs a CPU with AVX512-VNNI")
+NO_W4A8 = pytest.mark.skipif(not (library() and library().w4a8_fast),
+                             reason="w4a8 needs a CPU with AVX512-VNNI or AVX2 (and g++)")
 
 
 def _models():
@@ -38,7 +39,7 @@ def _models():
 
 @pytest.fixture(scope="module")
 def models():
-    return _models() if library() is not None and cpu_has("avx512_vnni") else {}
+    return _models() if library() is not None and library().w4a8_fast else {}
 
 
 def _prefill(model, prompts: list[list[int]]):
@@ -74,7 +75,7 @@ def _tree_pass(model, native: bool, trees: list[tuple[list[int], list[int]]]):
 
 
 @NO_LIB
-@NO_VNNI
+@NO_W4A8
 @pytest.mark.parametrize("name", ["w4a8_small_passes", "bf16_packed", "main"])
 class TestSameAsPython:
     @pytest.mark.parametrize("trees", [
@@ -94,7 +95,7 @@ class TestSameAsPython:
 
 
 @NO_LIB
-@NO_VNNI
+@NO_W4A8
 def test_w4a8_main_prefill_through_the_native_loop_matches(models):
     """A W4A8 main's causal prompt prefill (exact attention there too) gives the Python loop's states."""
     model = models["main"]
