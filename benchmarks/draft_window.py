@@ -68,7 +68,7 @@ def result_doc(script: str, args: argparse.Namespace, records: list[dict], names
     """The JSON document of a side-by-side run: the command that repeats it, the host's CPU model,
     ``extra`` fields, greedy identity with plain (and divergences that are not bf16 ties), the
     summary (``summarise``) and every per-prompt record."""
-    from treespec.bench_llamacpp import cpu_model
+    from common.host import cpu_model
     return {"command": f"PYTHONPATH=$PWD .venv/bin/python benchmarks/{script} " + " ".join(
                 f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
             "cpu_model": cpu_model(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -41,7 +41,7 @@ import json
 
 from common.config import load_config
 from treespec.bench_data import load_prompts
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 from treespec.bench_run import run_concurrent, run_one
 from treespec.bench_suite import Suite
 

@@ -23,7 +23,7 @@ import torch
 from common.config import load_config
 from common.modeling.native import library
 from common.modeling.runner import forward_segments
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 from treespec.engine import load_pair
 
 LAYOUTS = (("1x1", (1,)), ("1x5", (5,)), ("1x9", (9,)), ("1x16", (16,)), ("8x1", (1,) * 8), ("8x2", (2,) * 8), ("8x3", (3,) * 8),

@@ -30,7 +30,8 @@ import torch
 
 from common.config import Config
 from common.modeling import build
-from common.modeling.kernel_probe import HEAD, KernelPlan, cpu_model, probe_timings, use_plan
+from common.host import cpu_model
+from common.modeling.kernel_probe import HEAD, KernelPlan, probe_timings, use_plan
 from common.modeling.kernels import ROW_BUCKETS, candidates, choose
 from common.modeling.runner import measure_forward_ms
 

@@ -19,7 +19,7 @@ import torch
 
 from common.config import load_config
 from common.modeling.build import load_pair
-from common.modeling.kernel_probe import cpu_model
+from common.host import cpu_model
 
 
 def _prefilled(model, prompt: torch.Tensor):

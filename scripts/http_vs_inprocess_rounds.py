@@ -28,7 +28,7 @@ from common.config import load_config
 from http_run_rounds import events  # scripts/: the deployment log's round events
 from treespec.bench_data import load_prompts
 from treespec.bench_interleave import interleave
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 from treespec.bench_suite import Suite
 
 MAX_ROUND_MS = 400.0

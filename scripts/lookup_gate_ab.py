@@ -27,7 +27,7 @@ from common.config import load_config
 from common.modeling.build import load_pair
 from services.scheduler.lookup_policy import SeqLookup
 from treespec.bench_data import load_prompts
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 from treespec.engine import make_engine, measure_costs
 from treespec.generate import encode_prompt
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from http_run_rounds import events  # scripts/: a log's events with their wall time
 from treespec.bench import write_json
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 
 NEXT = {"DraftResult": "VerifyStep", "VerifyResult": "DraftStep"}  # what a result leads to
 STEP_OF = {"DraftResult": "DraftStep", "VerifyResult": "VerifyStep"}  # the step a result answers

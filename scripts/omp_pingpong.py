@@ -26,7 +26,7 @@ import time
 import torch
 
 from treespec.bench import write_json
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 
 WARM = 3  # leading passes left out of each median
 THREADS = 2  # torch threads per process (the 2-core hosts here)

@@ -102,7 +102,7 @@ def main() -> int:
     mp.set_start_method("spawn")
     from treespec.bench import write_json
     from treespec.bench_data import load_prompts
-    from treespec.bench_llamacpp import cpu_model
+    from common.host import cpu_model
     from treespec.bench_run import run_one
     from treespec.generate import encode_prompt
     engines, tok, children = _engines(args.tree_size)

@@ -157,7 +157,7 @@ def run_http(args: argparse.Namespace) -> int:
     except HTTP_ERRORS as exc:
         print(f"treespec bench: {args.url}: {exc}", file=sys.stderr)
         return 1
-    from treespec.bench_llamacpp import cpu_model  # lscpu; torch-free
+    from common.host import cpu_model  # torch-free
     result = {"config": {"url": args.url, "dataset": args.dataset, "prompts": len(prompts),
                          "max_new_tokens": args.max_new_tokens, "repeat": args.repeat, "cpu_model": cpu_model(),
                          "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.host import cpu_model
 from treespec import llamacpp_parse as parse
 
 BF16_DIR = Path.home() / ".cache" / "treespec" / "llamacpp"  # benchmarks/llamacpp.sh writes the BF16 GGUF here
@@ -139,19 +140,6 @@ def source_info(bin_dir: Path) -> str:
     """What benchmarks/llamacpp.sh recorded beside the build (sdist version, vendored llama.cpp commit)."""
     path = bin_dir.parent / "SOURCE"
     return path.read_text().strip() if path.is_file() else "unknown (not built by benchmarks/llamacpp.sh)"
-
-
-def cpu_model() -> str:
-    """``Model name`` from lscpu (what every figure is printed with), or the platform's processor string."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    import platform
-    return platform.processor() or "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from common.config import AUTO, Config
 from common.modeling.build import eos_ids, load_pair
 from common.tree_budget import TreeBudget
 from treespec.engine import make_engine, measure_costs
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 from treespec.bench_run import Run, divergence, run_concurrent, run_one, timeline
 from treespec.generate import encode_prompt
 

@@ -29,7 +29,8 @@ from pathlib import Path
 import structlog
 import torch
 
-from common.modeling.kernel_probe import (Timer, cpu_model, fastest_of, host_was_busy, measure_ms,
+from common.host import cpu_model
+from common.modeling.kernel_probe import (Timer, fastest_of, host_was_busy, measure_ms,
                                           write_json_atomic)
 
 COLUMN_LADDER = (512, 1024, 2048, 4096)  # KV columns before a timed pass

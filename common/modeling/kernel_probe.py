@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Callable
 import structlog
 import torch
 
+from common.host import cpu_model
 from common.modeling.kernels import (KERNELS, PROJECTIONS, ROW_BUCKETS, Timings, apply_plan, candidates, choose,
                                      dense_of, pick, planned, prepare, weight_format, weight_shape)
 from common.modeling.native import library
@@ -62,17 +62,6 @@ class KernelPlan:
 
 def _pick(ladder, rows: int) -> str:
     return pick(ladder, rows) if ladder else "default"
-
-
-def cpu_model() -> str:
-    """The host CPU's model name (/proc/cpuinfo), else ``platform.processor()``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def measure_ms(label: tuple[str, int, str], fn: Callable[[], object]) -> float:

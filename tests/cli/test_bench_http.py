@@ -12,7 +12,7 @@ from tests.integration.cluster import free_port
 from tests.integration.deployment import Deployment
 from treespec.bench_http import Stream, concurrency, event_tokens, level_row, percentile_ms, request_body, run_order
 from treespec.bench_data import Prompt
-from treespec.bench_llamacpp import cpu_model
+from common.host import cpu_model
 
 pytestmark = pytest.mark.timeout(300)
 MAX_NEW = 6
