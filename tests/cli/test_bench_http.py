@@ -71,6 +71,25 @@ class TestHelpers:
         assert row["runs_tokens_per_s"] == pytest.approx([10.0, 2.5]) and row["requests"] == 1
         assert row["ttft_p50_ms"] == pytest.approx(100.0) and row["mode"] == "http"
 
+    def test_plain_baseline_warms_the_prefix_cache_first(self, monkeypatch):
+        """With a plain baseline, every distinct prompt is sent once (1 token, speculation off) before
+        any measured run, so neither mode's first run pays cold prefills; without one, nothing extra is sent."""
+        import treespec.bench_http as bh
+        calls = []
+
+        async def fake_run_level(url, prompts, max_new, speculation=True, in_flight=None):
+            calls.append(([p.id for p in prompts], max_new, speculation))
+            return [Stream(0.0, 0.1, max_new, [0.01] * (max_new - 1))] * len(prompts), 1.0
+
+        monkeypatch.setattr(bh, "run_level", fake_run_level)
+        prompts = [Prompt("a", "x", "hi", False), Prompt("b", "x", "yo", False)]
+        concurrency("http://127.0.0.1:1", prompts, 4, [1, 8], True)
+        assert calls[0] == (["a", "b"], 1, False) and len(calls) == 1 + 2 * 2
+        assert all(max_new == 4 for _, max_new, _ in calls[1:])
+        calls.clear()
+        concurrency("http://127.0.0.1:1", prompts, 4, [1], False)
+        assert calls == [(["a", "b"], 4, True)]
+
     def test_repeat_below_one_is_refused(self):
         """repeat 0 is a ValueError before any request is sent."""
         with pytest.raises(ValueError, match="repeat"):
