@@ -90,13 +90,18 @@ class LookupStats:
         return max(MIN_LOOKUP_ACCEPT, gained / added)
 
     def pays(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float,
-             prior: LookupStats | None = None, value: float = 1.0) -> bool:
+             prior: LookupStats | None = None, value: float = 1.0, cap: int = 0) -> bool:
         """Whether grafting lookup nodes raises expected tokens/ms (module docstring), with this
         sequence's means (shrunk toward ``prior``) taken for every sequence of the batch (a
         batch grafting together pays the rows of all); ``verify_ms(rows)``: ms of one verify
         pass of ``rows`` tokens at this batch; ``value``: worth of one gained token (1; less off
-        the batch's critical path, ``makespan.path_values``)."""
+        the batch's critical path, ``makespan.path_values``). Before ``MIN_WEIGHT`` rounds are
+        measured (own and prior) every sequence is taken to graft ``cap`` nodes accepted at
+        ``DEFAULT_LOOKUP_ACCEPT``: at a batch of 8 on 2 cores the first grafts (8-16 nodes, one
+        or two sequences) cost 0.25-0.5 s each where a plain round took 0.35 s, and gained nothing."""
         added, gained, weight = self._sums(prior)
+        if weight < MIN_WEIGHT:
+            added, gained, weight = float(cap), cap * DEFAULT_LOOKUP_ACCEPT, 1.0
         added, gained = (added / weight, gained / weight) if weight > 0 else (0.0, 0.0)
         without = (expected + 1) / verify_ms(batch * (size + 1))
         # >=: lookup that rarely finds a match adds (almost) no rows and must stay offered

@@ -10,7 +10,8 @@ default) picks the shape that maximises expected committed tokens per second, fr
   score) at depth <= D, and the accepted path survives up to its first pruned node.
   For greedy decoding this counterfactual is exact, so one big tree measures every
   (n, D) at once. Every ``EXPLORE_EVERY``-th round (4x less often while plain decoding is
-  best, backing off further while it stays best: ``TreePolicy.explore_every``; never while the
+  best, backing off further while it stays best, and only while explores take at most
+  ``PLAIN_EXPLORE_SHARE`` of the time: ``TreePolicy._explore_due``; never while the
   batch may generate fewer than ``EXPLORE_MIN_REMAINING`` tokens) one sequence drafts a tree
   about twice the current best (size and depth), so the estimates can
   grow toward bigger trees when they pay, while exploring stays cheap when the best is small
@@ -61,11 +62,20 @@ EXPLORE_EXTRA_DEPTH = 2  # an explore round drafts 2 * best depth + this many le
 
 PLAIN_EXPLORE_FACTOR = 4  # while plain decoding is best, explore 4x less often (a tree over a big batch is costly)
 PLAIN_EXPLORE_BACKOFF = 5  # ... and twice as rarely again after each explore that left plain best, up to 2^5 x
+# ... and only once the modelled plain time since the last explore is the explore's cost over this
+# share (its sequence's draft catch-up, levels and extra verify rows, priced by the curves): at batch
+# 1 a w4a8 main's plain round took 46 ms on an AVX2-only host while an explore's draft prefilled a
+# 110-token prompt (0.7 s); one every 32 rounds made speculation 0.66-0.87x plain on the first prompts.
+PLAIN_EXPLORE_SHARE = 0.05
 PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
 # A tree must beat plain decoding's rate by this fraction: its explore rounds and its draft's
 # catch-ups are outside the model, and near break-even (a batch of 4-8 on 2 cores, where every
 # verified row costs nearly a plain row) they made speculation 10-30% slower than plain (HTTP runs).
 SPEC_MARGIN = 0.1
+# A cold batch's explore tree may cost at most this many plain rounds of the batch (its extra verify
+# rows plus one draft's levels): on an AVX2-only host the default tree (16 nodes, 12 levels) cost
+# 1.2 s for one accepted token at 8 streams, where a plain round took 0.35 s.
+FIRST_EXPLORE_COST = 1.0
 
 
 class TreePolicy:
@@ -88,6 +98,7 @@ class TreePolicy:
         self.calibration = Calibration()
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
         self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
+        self.plain_ms = 0.0  # modelled ms of plain rounds since the last explore
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
@@ -110,8 +121,10 @@ class TreePolicy:
         ``fit``: the batch's critical path accepts this times the expected draft tokens
         (``makespan.critical_fit``; 1.0 while freed slots are refilled).
 
-        Before any acceptance is measured one sequence speculates at once; a batch of several
-        decodes plainly while one of its sequences drafts the default tree (``explore_shape``),
+        Before any acceptance is measured one sequence speculates at once (the default tree: a
+        smaller first tree on an AVX2-only host measured 1.08x plain in bf16 against 1.14x, as
+        bigger cells were measured only by later explores); a batch of several decodes plainly
+        while one of its sequences drafts a tree (``explore_shape``, sized by ``_first_explore``),
         unless the batch is about to finish (``EXPLORE_MIN_REMAINING``), as for every explore."""
         self.modelled = self.draft_modelled = None  # only a modelled choice is calibrated
         self.explore_shape = None
@@ -126,21 +139,22 @@ class TreePolicy:
             self.last_reason = "default until measured"
             if batch > 1:
                 if remaining >= EXPLORE_MIN_REMAINING:
-                    self.explore_shape = (AUTO_DEFAULT_SIZE, self.max_depth)
+                    self.explore_shape = self._first_explore(batch)
                 return 0, 0
             return AUTO_DEFAULT_SIZE, self.max_depth
-        if self.rounds % self.explore_every() == 1 and remaining >= EXPLORE_MIN_REMAINING:
+        if self._explore_due(batch, backlog) and remaining >= EXPLORE_MIN_REMAINING:
             # probe a tree about twice the current best (not for a batch about to finish: its
             # sequence's draft catch-up would cost several rounds for a few tokens)
             self.plain_explores += self.best == (0, 0)
-            self.explore_shape = (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
-                                  min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
+            self.plain_ms = 0.0
+            self.explore_shape = self._explore_tree()
             self.last_reason = "explore"
             return self.best
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
         if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
             self.last_reason = "measure plain"
             self.modelled = (batch, False, batch, self.verify_ms(batch, batch))
+            self.plain_ms += self.modelled[3]
             return 0, 0
         best, rate, model = self._modelled_best(batch, backlog, remaining, fit)
         self.modelled = model
@@ -151,7 +165,44 @@ class TreePolicy:
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
         self.best = best
         self.plain_explores = 0 if best != (0, 0) else self.plain_explores
+        self.plain_ms += model[3] if best == (0, 0) else 0.0
         return best
+
+    def _explore_tree(self) -> tuple[int, int]:
+        """(size, depth) of an explore tree: about twice the current best, at least ``SIZES[2]`` nodes."""
+        return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
+                min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
+
+    def _explore_due(self, batch: int, backlog: int) -> bool:
+        """Whether this round explores: every ``explore_every()``-th round, and while plain decoding is
+        best only once the modelled plain time since the last explore reaches the explore's cost over
+        ``PLAIN_EXPLORE_SHARE`` (else the next such round is tried). The cost: the catch-up
+        of the explorer's draft (``backlog`` / ``batch`` tokens: planning picks the least behind), one
+        draft's levels and the extra verify rows, from the corrected cost curves (ms)."""
+        if self.rounds % self.explore_every() != 1:
+            return False
+        if self.best != (0, 0):
+            return True
+        size, depth = self._explore_tree()
+        catch_up = self.draft.ms(backlog // batch) if backlog >= batch else 0.0
+        cost = (catch_up + self._draft_ms(1, depth, 0.0) + self.verify_ms(batch, batch + size)
+                - self.verify_ms(batch, batch))
+        return self.plain_ms >= cost / PLAIN_EXPLORE_SHARE
+
+    def _first_explore(self, batch: int) -> tuple[int, int]:
+        """The explore tree of a cold batch of ``batch`` sequences: the largest size up to the
+        default (depth: that size, at most ``max_depth``) whose extra verify rows and one draft's
+        level passes the cost curves price at most ``FIRST_EXPLORE_COST`` plain rounds; the default
+        without curves. Later explores grow it (twice the best, ``choose``) where trees pay."""
+        if self.verify is None or self.draft is None:
+            return AUTO_DEFAULT_SIZE, self.max_depth
+        plain_ms = self.verify_ms(batch, batch)
+        for size in sorted((s for s in SIZES if s <= AUTO_DEFAULT_SIZE), reverse=True):
+            depth = min(size, self.max_depth)
+            extra = self.verify_ms(batch, batch + size) - plain_ms + self._draft_curve_ms(1, depth, 0.0)
+            if extra <= FIRST_EXPLORE_COST * plain_ms:
+                return size, depth
+        return SIZES[0], 1
 
     def explore_every(self) -> int:
         """Rounds between explore rounds: ``EXPLORE_EVERY`` while a tree is best. While plain
@@ -213,16 +264,16 @@ class TreePolicy:
         while they pay (``LookupStats.pays`` on the sequence's means, the engine-wide ones as
         prior, and the corrected verify cost, a gained token worth ``value``: less off the batch's
         critical path, ``makespan.py``) and its rounds with them did not measure slower
-        (``seq.rates``), and before anything is measured; otherwise an explore graft
+        (``seq.rates``; before anything is measured, at ``DEFAULT_LOOKUP_ACCEPT``); otherwise an explore graft
         (``_explore_nodes``) on the sequence's explore rounds (``SeqLookup.explore_due``), else 0."""
         cap = self.budget.lookup_nodes
-        if cap == 0 or self.verify is None or not (self.lookup.measured or seq.stats.measured):
+        if cap == 0 or self.verify is None:
             return cap
         explore = seq.explore_due()
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
-        if not seq.rates.loses(batch) and seq.stats.pays(lambda rows: self.verify_ms(batch, rows),
-                                                         batch, size, expected, prior=self.lookup, value=value):
+        if not seq.rates.loses(batch) and seq.stats.pays(lambda rows: self.verify_ms(batch, rows), batch, size,
+                                                         expected, prior=self.lookup, value=value, cap=cap):
             seq.misses = 0
             return cap
         return self._explore_nodes(batch, size, cap) if explore else 0

@@ -11,9 +11,10 @@ from services.scheduler.estimates import SIZES, CostCurve
 from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPLORE_BACKOFF, LOOKUP_EXPLORE_EVERY,
                                              LOOKUP_EXPLORE_MIN_NODES, MIN_LOOKUP_ACCEPT, SeqLookup)
 from services.scheduler.makespan import OFF_PATH_VALUE
+from services.scheduler import tree_policy
 from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
-                                           PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_PROBE_EVERY,
-                                           TreePolicy)
+                                           PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_EXPLORE_SHARE,
+                                           PLAIN_PROBE_EVERY, TreePolicy)
 from tests.scheduler.trees import chain_tree
 
 
@@ -134,9 +135,10 @@ class TestTreePolicy:
         p = TreePolicy(Config(tree_size=8, max_accept_length=12))
         assert p.choose(4) == (8, 8)
 
-    def test_explores_twice_the_best(self):
+    def test_explores_twice_the_best(self, monkeypatch):
         """Every EXPLORE_EVERY-th round asks for a tree twice the current best size, and
         at most twice its depth plus EXPLORE_EXTRA_DEPTH (cheap when the best is small)."""
+        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))  # plain is best: explore now
         p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
         best = p.choose(1)
         p.rounds = 0
@@ -145,9 +147,10 @@ class TestTreePolicy:
         assert size == max(2 * best[0], SIZES[2])
         assert depth == min(12, 2 * best[1] + EXPLORE_EXTRA_DEPTH) < 12
 
-    def test_no_explore_when_the_batch_is_about_to_finish(self):
+    def test_no_explore_when_the_batch_is_about_to_finish(self, monkeypatch):
         """An explore round is skipped while the batch may generate fewer than EXPLORE_MIN_REMAINING
         tokens per sequence: the probe's draft catch-up would cost more than the tokens left."""
+        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))  # plain is best: explore now
         p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
         p.choose(1)
         p.rounds = 0
@@ -211,8 +214,10 @@ class TestCalibration:
         shapes = [p.choose(1) for _ in range(PLAIN_PROBE_EVERY)]
         assert shapes.count((0, 0)) == 1
 
-    def test_plain_best_explores_less_often(self):
-        """While plain decoding is the best shape, explore rounds come PLAIN_EXPLORE_FACTOR times less often."""
+    def test_plain_best_explores_less_often(self, monkeypatch):
+        """While plain decoding is the best shape, explore rounds come PLAIN_EXPLORE_FACTOR times less often
+        (the share of time explores may take left out here)."""
+        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))
         p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
         p.best = (0, 0)
         p.rounds = EXPLORE_EVERY  # the next round would explore if a tree were best
@@ -222,9 +227,11 @@ class TestCalibration:
         p.choose(1)
         assert p.last_reason == "explore"
 
-    def test_plain_best_backs_off_exploring_and_a_tree_win_resets_it(self):
+    def test_plain_best_backs_off_exploring_and_a_tree_win_resets_it(self, monkeypatch):
         """While plain stays best, explore rounds grow rarer (gaps double up to 2^PLAIN_EXPLORE_BACKOFF times
-        EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR rounds); once a tree is best again, exploring is back to EXPLORE_EVERY."""
+        EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR rounds); once a tree is best again, exploring is back to EXPLORE_EVERY
+        (the share of time explores may take left out here)."""
+        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))
         p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))  # a draft level costs 10 plain steps
         explores = []
         for _ in range(20000):
@@ -238,6 +245,22 @@ class TestCalibration:
         p.set_costs(CostCurve(((1, 100.0), (256, 100.0))), CostCurve(((1, 0.1), (256, 0.1))))  # now trees pay
         shapes = [p.choose(1) for _ in range(2 * PLAIN_PROBE_EVERY)]
         assert any(shape != (0, 0) for shape in shapes) and p.plain_explores == 0 and p.explore_every() == EXPLORE_EVERY
+
+    @pytest.mark.parametrize("backlog", [0, 100])
+    def test_plain_best_explores_take_a_bounded_share_of_the_time(self, backlog):
+        """While plain decoding is best, an explore comes only once the modelled plain time since the last one
+        reaches its cost (the explorer's draft catch-up of ``backlog`` tokens, levels, extra rows) over
+        PLAIN_EXPLORE_SHARE: a draft 100 tokens behind explores about 10x more rarely than one caught up."""
+        p = policy(((1, 10.0), (256, 2560.0)), ((1, 10.0), (256, 2560.0)))  # plain 10 ms; draft 10 ms a row
+        explores = []
+        for _ in range(20000):
+            p.choose(1, backlog=backlog)
+            explores += [p.rounds] if p.last_reason == "explore" else []
+        assert p.best == (0, 0)
+        cost = backlog * 10.0 + 10.0 + 40.0 + 4 * 10.0  # catch-up, append + 1 level of 4 nodes, 4 rows
+        first_gap = explores[1] - explores[0]
+        assert first_gap >= cost / PLAIN_EXPLORE_SHARE / 10.0
+        assert first_gap <= max(cost / PLAIN_EXPLORE_SHARE / 10.0 * 1.25, 2 * EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR)
 
     def test_explore_shape_is_set_on_explore_rounds_only(self):
         """Explore rounds return the current best shape (for the batch) and set ``explore_shape``
@@ -266,6 +289,22 @@ class TestLookupNodes:
         none when prompt lookup is off."""
         assert TreePolicy(Config(tree_size=8)).lookup_nodes(1, 8, 4, SeqLookup()) == 8
         assert TreePolicy(Config(tree_size=8, prompt_lookup=False)).lookup_nodes(1, 8, 4, SeqLookup()) == 0
+
+    def test_unmeasured_lookup_is_priced_at_the_default_acceptance(self):
+        """Before lookup acceptance is measured, a batch whose every verified row costs a full pass grafts
+        only on lookup explores (a short chain), while a flat curve or a single sequence on a curve
+        where 8 more rows cost 1.6 plain rounds grafts the budget every round."""
+        p = TreePolicy(Config(tree_size="auto", max_accept_length=12, prompt_lookup_num_tokens=8))
+        p.set_costs(CostCurve(((1, 100.0), (256, 25600.0))), CostCurve(((1, 1.0), (256, 1.0))))
+        offered = [p.lookup_nodes(8, 0, 0, SeqLookup()) for _ in range(LOOKUP_EXPLORE_EVERY)]
+        assert offered == [0] * LOOKUP_EXPLORE_EVERY  # a fresh sequence each round: no explore due
+        seq = SeqLookup()
+        offered = [p.lookup_nodes(8, 0, 0, seq) for _ in range(LOOKUP_EXPLORE_EVERY)]
+        assert offered == [0] * (LOOKUP_EXPLORE_EVERY - 1) + [LOOKUP_EXPLORE_MIN_NODES]
+        for verify, batch in ((((1, 100.0), (256, 101.0)), 8), (((1, 100.0), (9, 260.0)), 1)):
+            p.set_costs(CostCurve(verify))
+            p.verify_cost = type(p.verify_cost)()  # the factors cached for the old curve
+            assert p.lookup_nodes(batch, 0, 0, SeqLookup()) == 8
 
     def test_well_accepted_lookup_pays_on_flat_costs(self):
         """Lookup nodes accepted half the time on a flat verify curve are kept."""
@@ -384,8 +423,21 @@ class TestColdStart:
         drafts the default tree (``explore_shape``), so the drafts of the others need not prefill first;
         a cold batch about to finish does not probe at all."""
         p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
-        p.set_costs(CostCurve(((1, 10.0), (256, 20.0))), CostCurve(((1, 1.0), (256, 2.0))))
+        p.set_costs(CostCurve(((1, 10.0), (256, 20.0))), CostCurve(((1, 0.1), (256, 0.2))))
         assert p.choose(8) == (0, 0)
         assert p.explore_shape == (AUTO_DEFAULT_SIZE, 12)
         assert p.choose(1) == (AUTO_DEFAULT_SIZE, 12) and p.explore_shape is None
         assert p.choose(8, remaining=EXPLORE_MIN_REMAINING - 1) == (0, 0) and p.explore_shape is None
+
+    @pytest.mark.parametrize("verify, draft, shape", [
+        (((1, 10.0), (256, 20.0)), ((1, 0.1), (256, 0.2)), (AUTO_DEFAULT_SIZE, 12)),  # flat: the default
+        (((1, 100.0), (256, 25600.0)), ((1, 0.1), (256, 0.2)), (6, 6)),  # 100 ms a row: 8 rows + levels > 1 plain round
+        (((1, 100.0), (256, 25600.0)), ((1, 50.0), (256, 12800.0)), (2, 2)),  # + 200 ms a level: 4 nodes cost 1050 ms
+        (((1, 100.0), (256, 25600.0)), ((1, 1000.0), (256, 256000.0)), (SIZES[0], 1)),  # nothing fits: 1 node
+    ])
+    def test_a_cold_batch_explores_a_tree_it_can_afford(self, verify, draft, shape):
+        """A cold batch's explore tree is the largest whose extra verify rows and draft levels the cost
+        curves price at most FIRST_EXPLORE_COST plain rounds of the batch (8 sequences here)."""
+        p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
+        p.set_costs(CostCurve(verify), CostCurve(draft))
+        assert p.choose(8) == (0, 0) and p.explore_shape == shape
