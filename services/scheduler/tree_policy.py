@@ -183,11 +183,14 @@ class TreePolicy:
             return False
         if self.best != (0, 0):
             return True
-        size, depth = self._explore_tree()
         catch_up = self.draft.ms(backlog // batch) if backlog >= batch else 0.0
-        cost = (catch_up + self._draft_ms(1, depth, 0.0) + self.verify_ms(batch, batch + size)
-                - self.verify_ms(batch, batch))
-        return self.plain_ms >= cost / PLAIN_EXPLORE_SHARE
+        return self.plain_ms >= (catch_up + self._explore_cost(batch, *self._explore_tree())) / PLAIN_EXPLORE_SHARE
+
+    def _explore_cost(self, batch: int, size: int, depth: int) -> float:
+        """Predicted ms one sequence's explore tree of (``size``, ``depth``) adds to a plain round of
+        ``batch``: its extra verify rows and its draft's levels (corrected curves), catch-up excluded."""
+        extra_rows = self.verify_ms(batch, batch + size) - self.verify_ms(batch, batch)
+        return extra_rows + self._draft_ms(1, depth, 0.0)
 
     def _first_explore(self, batch: int) -> tuple[int, int]:
         """The explore tree of a cold batch of ``batch`` sequences: the largest size up to the
@@ -196,12 +199,10 @@ class TreePolicy:
         without curves. Later explores grow it (twice the best, ``choose``) where trees pay."""
         if self.verify is None or self.draft is None:
             return AUTO_DEFAULT_SIZE, self.max_depth
-        plain_ms = self.verify_ms(batch, batch)
+        limit = FIRST_EXPLORE_COST * self.verify_ms(batch, batch)
         for size in sorted((s for s in SIZES if s <= AUTO_DEFAULT_SIZE), reverse=True):
-            depth = min(size, self.max_depth)
-            extra = self.verify_ms(batch, batch + size) - plain_ms + self._draft_curve_ms(1, depth, 0.0)
-            if extra <= FIRST_EXPLORE_COST * plain_ms:
-                return size, depth
+            if self._explore_cost(batch, size, min(size, self.max_depth)) <= limit:
+                return size, min(size, self.max_depth)
         return SIZES[0], 1
 
     def explore_every(self) -> int:

@@ -303,7 +303,6 @@ class TestLookupNodes:
         assert offered == [0] * (LOOKUP_EXPLORE_EVERY - 1) + [LOOKUP_EXPLORE_MIN_NODES]
         for verify, batch in ((((1, 100.0), (256, 101.0)), 8), (((1, 100.0), (9, 260.0)), 1)):
             p.set_costs(CostCurve(verify))
-            p.verify_cost = type(p.verify_cost)()  # the factors cached for the old curve
             assert p.lookup_nodes(batch, 0, 0, SeqLookup()) == 8
 
     def test_well_accepted_lookup_pays_on_flat_costs(self):
