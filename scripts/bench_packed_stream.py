@@ -94,7 +94,11 @@ def main() -> None:
         if fmt not in formats:
             continue
         for kernel in kernels:
-            layers = _layers(args.layers, fmt, kernel)
+            try:
+                layers = _layers(args.layers, fmt, kernel)
+            except RuntimeError as exc:  # e.g. oneDNN's bf16 reorder on CPUs without AVX-512 or AVX-NE-CONVERT
+                print(f"{fmt:5s} {kernel:9s} not on this host: {str(exc).splitlines()[0]}", flush=True)
+                continue
             attr, amx = _amx_variants(lib, fmt, kernel)
             for name, amx_rows in amx.items():  # a kernel with its measured AMX start, and without AMX
                 if amx_rows is not None:

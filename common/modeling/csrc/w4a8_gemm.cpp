@@ -136,12 +136,13 @@ static const int W_MB = 4;  // rows per register block: 16 int32 accumulators + 
 static inline __m256 widen_bf16_8(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
-// VPDPBUSD on AVX2: a + (u8 codes x s8 activations, each 4 adjacent products summed into an int32 lane).
-// VPMADDUBSW sums pairs into int16 with saturation, which never happens here (2 * 15 * 127 = 3810), and
-// VPMADDWD by ones sums the pairs' pairs: the same exact integers as the VNNI path.
-static inline __m256i dpbusd(__m256i a, __m256i u, __m256i s, __m256i ones) {
-  return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
-}
+// VPDPBUSD on AVX2: VPMADDUBSW multiplies u8 codes by s8 activations and sums each pair into an int16
+// lane (saturating, which never happens here: 2 * 15 * 127 = 3810); VPMADDWD by ones then sums the
+// pairs' pairs into int32 lanes: the same exact integers as the VNNI path. Both multiplies share one
+// vector-multiply port on Zen 2 (uops.info), which bound a tree's rows: so the int16 pair sums of
+// W_OCTETS16 octets (lo and hi nibbles: 2 * W_OCTETS16 products of at most 3810) are added in int16
+// first, |sum| <= 8 * 3810 = 30480 < 32767, and widened once, 9 multiplies per 8 where 16 were.
+static const int64_t W_OCTETS16 = 4;
 // As the VNNI micro kernel, per 32-byte half-block u (outputs [8u, 8u + 8) of the panel: byte 4j+t of
 // half u holds output 8u+j's codes) with the octets inner, so R rows need only R accumulators; a group's
 // 2 KiB of codes stays in L1 across the half-blocks. The same integer sums and epilogue operations
@@ -158,16 +159,22 @@ static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, 
       for (int j = 0; j < pf_lines; ++j, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);  // the next chunk, into L2
       __m256i a[R];
       for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_si256();
-      for (int64_t o = 0; o < W_GROUP / 8; ++o) {
-        const __m256i b = _mm256_loadu_si256((const __m256i*)(w + o * 4 * 64 + u * 32));
-        const __m256i lo = _mm256_and_si256(b, nib), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
-        for (int i = 0; i < R; ++i) {
-          const int8_t* pr = p + i * K + g * W_GROUP + 8 * o;
-          int32_t q0, q1;
-          std::memcpy(&q0, pr, 4);
-          std::memcpy(&q1, pr + 4, 4);
-          a[i] = dpbusd(dpbusd(a[i], lo, _mm256_set1_epi32(q0), ones), hi, _mm256_set1_epi32(q1), ones);
+      for (int64_t h = 0; h < W_GROUP / 8; h += W_OCTETS16) {
+        __m256i c[R];  // int16 pair sums of W_OCTETS16 octets (both nibbles): exact, see W_OCTETS16
+        for (int i = 0; i < R; ++i) c[i] = _mm256_setzero_si256();
+        for (int64_t o = h; o < h + W_OCTETS16; ++o) {
+          const __m256i b = _mm256_loadu_si256((const __m256i*)(w + o * 4 * 64 + u * 32));
+          const __m256i lo = _mm256_and_si256(b, nib), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+          for (int i = 0; i < R; ++i) {
+            const int8_t* pr = p + i * K + g * W_GROUP + 8 * o;
+            int32_t q0, q1;
+            std::memcpy(&q0, pr, 4);
+            std::memcpy(&q1, pr + 4, 4);
+            c[i] = _mm256_add_epi16(c[i], _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(q0)),
+                                                            _mm256_maddubs_epi16(hi, _mm256_set1_epi32(q1))));
+          }
         }
+        for (int i = 0; i < R; ++i) a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(c[i], ones));
       }
       const __m256 sc = widen_bf16_8(s + u * 8);
       const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(-8.f), sc, widen_bf16_8(s + W_PANEL + u * 8));

@@ -151,6 +151,21 @@ class TestNumerics:
                 alone = torch.cat([packed.linear(x[i:i + 1], b) for i in range(x.shape[0])])
                 assert torch.equal(packed.linear(x, b), alone), (name, lib.w4a8_variant)
 
+    def test_w4a8_extreme_codes_and_activations_do_not_overflow(self, variants):
+        """With every code 15 and every activation at +-127 (the largest partial sums: the AVX2 variant adds 4 octets' pair sums in int16, 30480 of 32767) each variant's exact group sums equal the fp64 ones."""
+        n, k = 64, 256
+        q = torch.full((n, k), 15, dtype=torch.uint8)
+        sz = torch.stack([torch.full((k // 64, n), 2.0 ** -10), torch.zeros(k // 64, n)], -1).bfloat16()
+        sign = torch.ones(4, k)
+        sign[1] = -1
+        sign[2, ::2] = -1  # alternating signs: small sums
+        sign[3, : k // 2] = -1
+        x = sign.bfloat16()  # rounds to p = +-127 exactly (xs = 1 / 127)
+        ref = (7 * 2.0 ** -10 * sign.double()).sum(-1)  # [4]: w = 15 * scale + (zero - 8 * scale) = 7 * scale
+        for name, lib in variants.items():
+            y = lib.pack_w4a8(q, sz).linear(x).double()  # [4, n]
+            assert torch.allclose(y, ref[:, None].expand(4, n), atol=1e-2, rtol=1e-2), (name, y[:, 0], ref)
+
     @pytest.mark.skipif(not (library() and library().w4a8_amx), reason="the W4A8 AMX path needs AMX-INT8 (and the OS's grant)")
     def test_w4a8_amx_path_is_bit_identical_to_the_vnni_path(self):
         """The W4A8 kernel's AMX-INT8 path gives the VNNI path's results bit for bit (the same int32 group sums and float epilogue), for ragged panels, a K past one chunk, row counts around the 16-row tile and with or without bias."""
