@@ -105,15 +105,24 @@ class AcceptanceTable:
     def _shrink(self) -> np.ndarray:
         """(mean * weight + prior * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT) per cell, prior = the
         mean of the most-observed cell at or below it in size and depth (ties: the same size
-        first, then the nearest depth, so a table observed evenly keeps its plain means)."""
+        first, then the nearest depth, so a table observed evenly keeps its plain means).
+
+        Ties going to the largest size index, then the largest depth, make the prior's cell the
+        lexicographic maximum of (weight, size index, depth) over the rectangle below, a prefix
+        maximum: one pass over the cells (132 argmax calls over sub-rectangles took ~1.4 ms, rebuilt
+        after every verified tree: 3% of a 45 ms w4a8 round)."""
         mean = np.divide(self.total, self.weight, out=np.zeros_like(self.total), where=self.weight > 0)
         out = np.zeros_like(mean)
+        weight = self.weight.tolist()
+        best: list[list[tuple[float, int, int]]] = []  # [si][depth]: the prior's cell's key
         for si in range(len(SIZES)):
+            row = [(-1.0, 0, 0)]
             for depth in range(1, self.max_depth + 1):
-                sub = self.weight[si::-1, depth:0:-1]  # reversed: ties go to the cell nearest this one
-                i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
-                prior = mean[si - i, depth - j]
+                key = max((weight[si][depth], si, depth), row[depth - 1], best[si - 1][depth] if si else row[0])
+                row.append(key)
+                prior = mean[key[1], key[2]]
                 out[si, depth] = (self.total[si, depth] + PRIOR_WEIGHT * prior) / (self.weight[si, depth] + PRIOR_WEIGHT)
+            best.append(row)
         return out
 
 

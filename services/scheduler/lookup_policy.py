@@ -3,9 +3,9 @@
 Prompt-lookup candidates (``common/lookup.py``) cost no draft compute, only verify rows.
 ``LookupStats`` records, per sequence-round where lookup was offered (found a match or not),
 how many nodes it added (a, often 0) and how many of those the main model accepted beyond
-the draft tree (g); the tree policy
-grafts them only while
-    (E + 1 + g) / verify_ms(B, B * (n + 1 + a)) > (E + 1) / verify_ms(B, B * (n + 1))
+the draft tree (g); where a match is found the tree
+policy grafts k of its chain (k <= the budget), the k that maximizes
+    (E + 1 + q k) / verify_ms(B, B * (n + 1 + k)),  q = g / a,  if that beats k = 0
 (E: expected accepted draft tokens of the round's draft tree of n nodes, B sequences), i.e.
 while the extra accepted tokens pay for the extra verified rows; g counts at ``OFF_PATH_VALUE`` (0)
 for a sequence off the batch's critical path while no request takes a freed slot (``makespan.py``).
@@ -52,9 +52,10 @@ LOOKUP_EXPLORE_MIN_NODES = 2  # ... but at least this many (a chain's first toke
 
 
 class LookupStats:
-    """Decayed per-sequence-round means (over rounds where lookup was offered, zeros included,
-    so that ``B * a`` predicts a round's extra rows) of lookup nodes added beyond the draft tree
-    and of those accepted; plus lifetime counters of lookup tokens proposed and accepted."""
+    """Decayed per-sequence-round sums (over rounds where lookup was offered, zeros included) of
+    lookup nodes added beyond the draft tree and of those accepted, whose ratio is the per-node
+    acceptance ``nodes`` prices a graft with; plus lifetime counters of lookup tokens proposed and
+    accepted."""
 
     def __init__(self) -> None:
         self.added = self.gained = self.weight = 0.0
@@ -89,23 +90,27 @@ class LookupStats:
             return DEFAULT_LOOKUP_ACCEPT
         return max(MIN_LOOKUP_ACCEPT, gained / added)
 
-    def pays(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float,
-             prior: LookupStats | None = None, value: float = 1.0, cap: int = 0) -> bool:
-        """Whether grafting lookup nodes raises expected tokens/ms (module docstring), with this
-        sequence's means (shrunk toward ``prior``) taken for every sequence of the batch (a
-        batch grafting together pays the rows of all); ``verify_ms(rows)``: ms of one verify
-        pass of ``rows`` tokens at this batch; ``value``: worth of one gained token (1; less off
-        the batch's critical path, ``makespan.path_values``). Before ``MIN_WEIGHT`` rounds are
-        measured (own and prior) every sequence is taken to graft ``cap`` nodes accepted at
-        ``DEFAULT_LOOKUP_ACCEPT``: at a batch of 8 on 2 cores the first grafts (8-16 nodes, one
-        or two sequences) cost 0.25-0.5 s each where a plain round took 0.35 s, and gained nothing."""
+    def nodes(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float,
+              prior: LookupStats | None = None, value: float = 1.0, cap: int = 0) -> int:
+        """How many lookup nodes (0..``cap``) to graft where a prompt-lookup match is found: the count
+        k of highest expected tokens/ms, (E + 1 + value q k) / verify_ms(B (n + 1 + k)), ties to the
+        larger; 0 when none beats grafting nothing. q: accepted per grafted node
+        (as ``accept_rate``, this sequence's shrunk toward ``prior``, ``DEFAULT_LOOKUP_ACCEPT``
+        before any is measured, but without its floor), taken for every sequence of the batch (a batch grafting together
+        pays the rows of all); ``verify_ms(rows)``: ms of one verify pass of ``rows`` tokens at this
+        batch; ``value``: worth of one gained token (1; less off the batch's critical path,
+        ``makespan.path_values``). Priced per match, not per round: averaged over the rounds that
+        found none, a graft looked 0.3 rows (the verify curve's cheap first rows) where each cost 8
+        (w4a8 main, Zen 2 host: 1 / 2 / 9 rows 30 / 36 / 137 ms, ~1 token gained); so a kinked
+        curve now grafts the cheap first nodes only (there: 1 node at HumanEval's q of 0.2)."""
+        if cap <= 0:
+            return 0
         added, gained, weight = self._sums(prior)
-        if weight < MIN_WEIGHT:
-            added, gained, weight = float(cap), cap * DEFAULT_LOOKUP_ACCEPT, 1.0
-        added, gained = (added / weight, gained / weight) if weight > 0 else (0.0, 0.0)
-        without = (expected + 1) / verify_ms(batch * (size + 1))
-        # >=: lookup that rarely finds a match adds (almost) no rows and must stay offered
-        return (expected + 1 + value * gained) / verify_ms(round(batch * (size + 1 + added))) >= without
+        q = DEFAULT_LOOKUP_ACCEPT if weight < MIN_WEIGHT or added <= 0 else gained / added  # no floor: 0 never pays
+        rows = batch * (size + 1)
+        rate = [(expected + 1 + value * q * k) / verify_ms(rows + batch * k) for k in range(cap + 1)]
+        best = max(range(1, cap + 1), key=lambda k: (rate[k], k))
+        return best if rate[best] >= rate[0] else 0
 
 
 class SeqLookup:
@@ -157,8 +162,9 @@ class CostCorrection:
         self._factors.clear()
 
     def factor(self, batch: int, rows: int) -> float:
-        """Measured / curve ms in this bucket, else in the same batch bucket's largest measured
-        rows bucket below (the ratio grows with rows), else its smallest one above (which
+        """Measured / curve ms in this bucket, else interpolated (in log2 rows) between the same batch
+        bucket's nearest measured rows buckets below and above, else the one below (the ratio grows
+        with rows), else its smallest one above (which
         prices a plain round high until its own bucket is measured, a few rounds). A batch
         bucket with none measured takes the nearest smaller measured batch bucket's factor (the
         ratio grows with the batch too: the curve is one sequence's; at 8 streams a first round
@@ -177,7 +183,19 @@ class CostCorrection:
         b = max(buckets)
         measured = sorted(k[1] for k, (_, w) in self.ratios.items() if k[0] == b and w >= MIN_COST_WEIGHT)
         below = [m for m in measured if m <= rows_bucket]
-        s, w = self.ratios[(b, below[-1] if below else measured[0])]
+        above = [m for m in measured if m > rows_bucket]
+        lo = self._ratio(b, below[-1] if below else measured[0])
+        if not below or not above or below[-1] == rows_bucket:
+            return lo
+        # between two measured buckets: interpolated in log2(rows); the one below alone priced the
+        # row counts under an expensive measured bucket as cheap as the cheap one (a graft of 7
+        # lookup nodes per sequence at batch 8 at the 8-row ratio where 72 rows measured 4x dearer)
+        t = (rows_bucket.bit_length() - below[-1].bit_length()) / (above[0].bit_length() - below[-1].bit_length())
+        return lo + t * (self._ratio(b, above[0]) - lo)
+
+    def _ratio(self, batch_bucket: int, rows_bucket: int) -> float:
+        """The decayed mean measured/curve ratio of one bucket."""
+        s, w = self.ratios[(batch_bucket, rows_bucket)]
         return s / w
 
 

@@ -261,8 +261,8 @@ class TreePolicy:
 
     def lookup_nodes(self, batch: int, size: int, depth: int, seq: SeqLookup, value: float = 1.0) -> int:
         """Lookup nodes one sequence (its state ``seq``) may graft this round onto its draft tree
-        of (``size``, ``depth``) in a batch of ``batch`` (0 = none): the budget's ``lookup_nodes``
-        while they pay (``LookupStats.pays`` on the sequence's means, the engine-wide ones as
+        of (``size``, ``depth``) in a batch of ``batch`` (0 = none): as many of the budget's
+        ``lookup_nodes`` as pay best (``LookupStats.nodes`` on the sequence's means, the engine-wide ones as
         prior, and the corrected verify cost, a gained token worth ``value``: less off the batch's
         critical path, ``makespan.py``) and its rounds with them did not measure slower
         (``seq.rates``; before anything is measured, at ``DEFAULT_LOOKUP_ACCEPT``); otherwise an explore graft
@@ -273,10 +273,12 @@ class TreePolicy:
         explore = seq.explore_due()
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
-        if not seq.rates.loses(batch) and seq.stats.pays(lambda rows: self.verify_ms(batch, rows), batch, size,
-                                                         expected, prior=self.lookup, value=value, cap=cap):
-            seq.misses = 0
-            return cap
+        if not seq.rates.loses(batch):
+            nodes = seq.stats.nodes(lambda rows: self.verify_ms(batch, rows), batch, size, expected,
+                                    prior=self.lookup, value=value, cap=cap)
+            if nodes:
+                seq.misses = 0
+                return nodes
         return self._explore_nodes(batch, size, cap) if explore else 0
 
     def _explore_nodes(self, batch: int, size: int, cap: int) -> int:

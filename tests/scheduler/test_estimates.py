@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from common.tree import TokenTree
-from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
+from services.scheduler.estimates import PRIOR_WEIGHT, SIZES, AcceptanceTable, Calibration, CostCurve
 from tests.scheduler.trees import chain_tree
 
 
@@ -54,6 +55,25 @@ class TestAcceptanceTable:
         for _ in range(10):
             t.observe(chain_tree(12, siblings=0), list(range(12)))
         assert t.expected(SIZES.index(12), 12) > one and t.expected(SIZES.index(12), 12) > 9
+
+    def test_the_prior_is_the_most_observed_cell_below_with_ties_to_the_same_size_then_the_nearest_depth(self):
+        """Each cell's prior (the mean it is shrunk toward) comes from the cell of highest weight at or
+        below it in size and depth, ties going to the same size, then the nearest depth: the one-pass
+        prefix maximum agrees with a search of every sub-rectangle on random tables with many ties."""
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            t = AcceptanceTable(max_depth=6)
+            t.weight = rng.integers(0, 3, size=t.weight.shape).astype(float)  # small integers: many ties
+            t.total = t.weight * rng.uniform(0, 4, size=t.weight.shape)
+            mean = np.divide(t.total, t.weight, out=np.zeros_like(t.total), where=t.weight > 0)
+            got = t._shrink()
+            for si in range(len(SIZES)):
+                for depth in range(1, 7):
+                    sub = t.weight[si::-1, depth:0:-1]
+                    i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
+                    prior = mean[si - i, depth - j]
+                    want = (t.total[si, depth] + PRIOR_WEIGHT * prior) / (t.weight[si, depth] + PRIOR_WEIGHT)
+                    assert got[si, depth] == pytest.approx(want), (si, depth)
 
 
 class TestCalibration:

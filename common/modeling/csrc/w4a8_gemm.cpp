@@ -138,10 +138,11 @@ static inline __m256 widen_bf16_8(const bf16* p) {
 }
 // VPDPBUSD on AVX2: VPMADDUBSW multiplies u8 codes by s8 activations and sums each pair into an int16
 // lane (saturating, which never happens here: 2 * 15 * 127 = 3810); VPMADDWD by ones then sums the
-// pairs' pairs into int32 lanes: the same exact integers as the VNNI path. Both multiplies share one
-// vector-multiply port on Zen 2 (uops.info), which bound a tree's rows: so the int16 pair sums of
-// W_OCTETS16 octets (lo and hi nibbles: 2 * W_OCTETS16 products of at most 3810) are added in int16
-// first, |sum| <= 8 * 3810 = 30480 < 32767, and widened once, 9 multiplies per 8 where 16 were.
+// pairs' pairs into int32 lanes: the same exact integers as the VNNI path. Widening every pair sum at
+// once made two multiplies per VPDPBUSD; instead the int16 pair sums of W_OCTETS16 octets (lo and hi
+// nibbles: 2 * W_OCTETS16 sums of at most 3810) are added in int16, |sum| <= 8 * 3810 = 30480 < 32767,
+// and widened once: per row and 4 octets 8 VPMADDUBSW + 1 VPMADDWD where 8 + 8 were. A 1.5B-shaped pass
+// at 4 / 8 / 16 rows: 66 / 127 / 252 ms before, 54 / 102 / 194 after (Zen 2, scripts/bench_packed_stream.py).
 static const int64_t W_OCTETS16 = 4;
 // As the VNNI micro kernel, per 32-byte half-block u (outputs [8u, 8u + 8) of the panel: byte 4j+t of
 // half u holds output 8u+j's codes) with the octets inner, so R rows need only R accumulators; a group's
