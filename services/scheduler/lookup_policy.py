@@ -3,8 +3,8 @@
 Prompt-lookup candidates (``common/lookup.py``) cost no draft compute, only verify rows.
 ``LookupStats`` records, per sequence-round where lookup was offered (found a match or not),
 how many nodes it added (a, often 0) and how many of those the main model accepted beyond
-the draft tree (g); where a match is found the tree
-policy grafts k of its chain (k <= the budget), the k that maximizes
+the draft tree (g); where a match is found the tree policy grafts k of its chain (k <= the
+budget), the k that maximizes
     (E + 1 + q k) / verify_ms(B, B * (n + 1 + k)),  q = g / a,  if that beats k = 0
 (E: expected accepted draft tokens of the round's draft tree of n nodes, B sequences), i.e.
 while the extra accepted tokens pay for the extra verified rows; g counts at ``OFF_PATH_VALUE`` (0)
@@ -92,17 +92,17 @@ class LookupStats:
 
     def nodes(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float,
               prior: LookupStats | None = None, value: float = 1.0, cap: int = 0) -> int:
-        """How many lookup nodes (0..``cap``) to graft where a prompt-lookup match is found: the count
-        k of highest expected tokens/ms, (E + 1 + value q k) / verify_ms(B (n + 1 + k)), ties to the
-        larger; 0 when none beats grafting nothing. q: accepted per grafted node
-        (as ``accept_rate``, this sequence's shrunk toward ``prior``, ``DEFAULT_LOOKUP_ACCEPT``
-        before any is measured, but without its floor), taken for every sequence of the batch (a batch grafting together
-        pays the rows of all); ``verify_ms(rows)``: ms of one verify pass of ``rows`` tokens at this
-        batch; ``value``: worth of one gained token (1; less off the batch's critical path,
-        ``makespan.path_values``). Priced per match, not per round: averaged over the rounds that
-        found none, a graft looked 0.3 rows (the verify curve's cheap first rows) where each cost 8
-        (w4a8 main, Zen 2 host: 1 / 2 / 9 rows 30 / 36 / 137 ms, ~1 token gained); so a kinked
-        curve now grafts the cheap first nodes only (there: 1 node at HumanEval's q of 0.2)."""
+        """How many lookup nodes (0..``cap``) to graft where a prompt-lookup match is found: the
+        count k of highest expected tokens/ms, (E + 1 + value q k) / verify_ms(B (n + 1 + k)), ties
+        to the larger; 0 when none beats grafting nothing. q: accepted per grafted node (as
+        ``accept_rate``: this sequence's, shrunk toward ``prior``; ``DEFAULT_LOOKUP_ACCEPT`` before
+        any is measured; but without its floor), taken for every sequence of the batch (a batch
+        grafting together pays the rows of all); ``verify_ms(rows)``: ms of one verify pass of
+        ``rows`` tokens at this batch; ``value``: worth of one gained token (1; less off the batch's
+        critical path, ``makespan.path_values``). Priced per match, not per round: averaged over
+        the rounds that found none, a graft looked 0.3 rows (the verify curve's cheap first rows)
+        where each cost 8 (w4a8 main, Zen 2 host: 1 / 2 / 9 rows 30 / 36 / 137 ms, ~1 token
+        gained); a kinked curve now grafts the cheap first nodes only (there: 1 node at q ~ 0.2)."""
         if cap <= 0:
             return 0
         added, gained, weight = self._sums(prior)
