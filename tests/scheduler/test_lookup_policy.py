@@ -11,8 +11,9 @@ from services.scheduler.lookup_policy import LookupStats, RoundRates, CostCorrec
 class TestCostCorrection:
     def test_factor_is_measured_over_curve_per_batch_and_rows_bucket(self):
         """The correction is the decayed mean of measured/curve ms in the (batch, rows) power-of-two
-        bucket, or between the same batch's measured buckets either side (log2 rows), else the nearest below, else above; an unmeasured batch
-        takes the nearest smaller measured batch's; 1.0 with none, and rounds without ms are ignored."""
+        bucket, or between the same batch's measured buckets either side (log2 rows), else the
+        nearest below, else above; an unmeasured batch takes the nearest smaller measured batch's;
+        1.0 with none, and rounds without ms are ignored."""
         c = CostCorrection()
         c.observe(100.0, batch=8, rows=40, ms=400.0)
         c.observe(100.0, batch=8, rows=40, ms=0.0)  # ignored
