@@ -142,29 +142,32 @@ class TreePolicy:
                     self.explore_shape = self._first_explore(batch)
                 return 0, 0
             return AUTO_DEFAULT_SIZE, self.max_depth
-        if self._explore_due(batch, backlog) and remaining >= EXPLORE_MIN_REMAINING:
-            # probe a tree about twice the current best (not for a batch about to finish: its
-            # sequence's draft catch-up would cost several rounds for a few tokens)
-            self.plain_explores += self.best == (0, 0)
-            self.plain_ms = 0.0
-            self.explore_shape = self._explore_tree()
-            self.last_reason = "explore"
-            return self.best
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
         if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
             self.last_reason = "measure plain"
             self.modelled = (batch, False, batch, self.verify_ms(batch, batch))
             self.plain_ms += self.modelled[3]
             return 0, 0
+        # the best for this batch, also on an explore round: a best left from an earlier batch (or the
+        # default, on the first round after the cold start) gave a batch of 4 a 16-node tree each
+        # (4.7 s for 31 tokens where a plain round took 0.2 s for 4, HTTP on an AVX2-only host)
         best, rate, model = self._modelled_best(batch, backlog, remaining, fit)
+        self.best = best
+        self.plain_explores = 0 if best != (0, 0) else self.plain_explores
+        if self._explore_due(batch, backlog) and remaining >= EXPLORE_MIN_REMAINING:
+            # probe a tree about twice the best (not for a batch about to finish: its
+            # sequence's draft catch-up would cost several rounds for a few tokens)
+            self.plain_explores += best == (0, 0)
+            self.plain_ms = 0.0
+            self.explore_shape = self._explore_tree()
+            self.last_reason = "explore"
+            return best
         self.modelled = model
         if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost
             exp = self.table.expected(SIZES.index(best[0]), best[1])
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, best[1], exp))
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
-        self.best = best
-        self.plain_explores = 0 if best != (0, 0) else self.plain_explores
         self.plain_ms += model[3] if best == (0, 0) else 0.0
         return best
 

@@ -218,14 +218,22 @@ class TestCalibration:
         """While plain decoding is the best shape, explore rounds come PLAIN_EXPLORE_FACTOR times less often
         (the share of time explores may take left out here)."""
         monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))
-        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
-        p.best = (0, 0)
+        p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))  # a draft level costs 10 plain steps
         p.rounds = EXPLORE_EVERY  # the next round would explore if a tree were best
         p.choose(1)
-        assert p.last_reason != "explore"
-        p.best, p.rounds = (0, 0), EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR
+        assert p.best == (0, 0) and p.last_reason != "explore"
+        p.rounds = EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR
         p.choose(1)
         assert p.last_reason == "explore"
+
+    def test_an_explore_round_uses_the_best_for_its_batch(self, monkeypatch):
+        """An explore round gives the batch the shape modelled for it (here plain decoding) and one sequence the
+        probe tree, not a best left from before (the default tree after the cold start, or another batch's)."""
+        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))
+        p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))
+        p.best, p.rounds = (AUTO_DEFAULT_SIZE, 12), 0  # stale: the next round is due to explore
+        assert p.choose(4) == (0, 0) and p.last_reason == "explore"
+        assert p.explore_shape == (SIZES[2], EXPLORE_EXTRA_DEPTH)
 
     def test_plain_best_backs_off_exploring_and_a_tree_win_resets_it(self, monkeypatch):
         """While plain stays best, explore rounds grow rarer (gaps double up to 2^PLAIN_EXPLORE_BACKOFF times
