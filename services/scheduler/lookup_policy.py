@@ -82,13 +82,13 @@ class LookupStats:
         k = SEQ_PRIOR_WEIGHT / prior.weight
         return self.added + k * prior.added, self.gained + k * prior.gained, self.weight + SEQ_PRIOR_WEIGHT
 
-    def accept_rate(self, prior: LookupStats | None = None) -> float:
+    def accept_rate(self, prior: LookupStats | None = None, floor: float = MIN_LOOKUP_ACCEPT) -> float:
         """Accepted / added lookup nodes, own rounds shrunk toward ``prior`` (the engine-wide
-        stats; None: own only); DEFAULT_LOOKUP_ACCEPT before MIN_WEIGHT rounds."""
+        stats; None: own only), at least ``floor``; DEFAULT_LOOKUP_ACCEPT before MIN_WEIGHT rounds."""
         added, gained, weight = self._sums(prior)
         if weight < MIN_WEIGHT or added <= 0:
             return DEFAULT_LOOKUP_ACCEPT
-        return max(MIN_LOOKUP_ACCEPT, gained / added)
+        return max(floor, gained / added)
 
     def nodes(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float,
               prior: LookupStats | None = None, value: float = 1.0, cap: int = 0) -> int:
@@ -96,7 +96,7 @@ class LookupStats:
         count k of highest expected tokens/ms, (E + 1 + value q k) / verify_ms(B (n + 1 + k)), ties
         to the larger; 0 when none beats grafting nothing. q: accepted per grafted node (as
         ``accept_rate``: this sequence's, shrunk toward ``prior``; ``DEFAULT_LOOKUP_ACCEPT`` before
-        any is measured; but without its floor), taken for every sequence of the batch (a batch
+        any is measured; without its floor), taken for every sequence of the batch (a batch
         grafting together pays the rows of all); ``verify_ms(rows)``: ms of one verify pass of
         ``rows`` tokens at this batch; ``value``: worth of one gained token (1; less off the batch's
         critical path, ``makespan.path_values``). Priced per match, not per round: averaged over
@@ -105,8 +105,7 @@ class LookupStats:
         gained); a kinked curve now grafts the cheap first nodes only (there: 1 node at q ~ 0.2)."""
         if cap <= 0:
             return 0
-        added, gained, weight = self._sums(prior)
-        q = DEFAULT_LOOKUP_ACCEPT if weight < MIN_WEIGHT or added <= 0 else gained / added  # no floor: 0 never pays
+        q = self.accept_rate(prior, floor=0.0)  # no floor: a graft that never gains never pays
         rows = batch * (size + 1)
         rate = [(expected + 1 + value * q * k) / verify_ms(rows + batch * k) for k in range(cap + 1)]
         best = max(range(1, cap + 1), key=lambda k: (rate[k], k))
@@ -135,6 +134,35 @@ class SeqLookup:
         gap = LOOKUP_EXPLORE_EVERY * 2 ** min(self.misses, LOOKUP_EXPLORE_BACKOFF)
         self.next_explore, self.misses = self.rounds + gap, self.misses + 1
         return True
+
+    def graft(self, verify_ms: Callable[[int], float], batch: int, size: int, expected: float,
+              prior: LookupStats, value: float, cap: int) -> int:
+        """Lookup nodes (0..``cap``) this sequence grafts this round onto its tree of ``size`` nodes
+        (``expected`` accepted draft tokens) in a batch of ``batch``: ``LookupStats.nodes`` on its
+        stats (``prior``: the engine-wide ones; ``value``: a gained token's worth) while its rounds
+        with grafts did not measure slower (``rates``); otherwise ``explore_nodes`` on its explore
+        rounds (``explore_due``), else 0. ``verify_ms(rows)``: corrected ms of a verify pass at this batch."""
+        explore = self.explore_due()
+        if not self.rates.loses(batch):
+            nodes = self.stats.nodes(verify_ms, batch, size, expected, prior=prior, value=value, cap=cap)
+            if nodes:
+                self.misses = 0
+                return nodes
+        return explore_nodes(verify_ms, batch, size, cap) if explore else 0
+
+
+def explore_nodes(verify_ms: Callable[[int], float], batch: int, size: int, cap: int) -> int:
+    """Lookup nodes of an explore graft: the most, up to ``cap``, whose verify rows cost (``verify_ms(rows)``,
+    ms at this batch) at most ``LOOKUP_EXPLORE_COST`` over the round's pass of ``batch`` trees of ``size``
+    nodes, and at least ``LOOKUP_EXPLORE_MIN_NODES``. On a batch that is already compute-bound (8 streams
+    on 2 cores: 8 plain rows 130 ms, ~35 rows 560 ms) a full graft nearly doubles the round for a sequence
+    whose lookup measured no gain; a chain's first tokens still show whether the text began to copy."""
+    rows = batch * (size + 1)
+    limit = verify_ms(rows) * (1 + LOOKUP_EXPLORE_COST)
+    nodes = cap
+    while nodes > LOOKUP_EXPLORE_MIN_NODES and verify_ms(rows + nodes) > limit:
+        nodes -= 1
+    return min(cap, nodes)
 
 
 def _pow2(n: int) -> int:

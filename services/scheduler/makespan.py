@@ -16,7 +16,7 @@ So a sequence is on the *critical path* when its expected remaining tokens (``le
 are the batch's largest. Unless a request waits or clients were seen refilling (``Refills``):
 
 * the others' lookup tokens count at ``OFF_PATH_VALUE`` (0) in the graft decision
-  (``LookupStats.pays``): they graft only on their lookup explore rounds. The cost is that request's
+  (``LookupStats.nodes``): they graft only on their lookup explore rounds. The cost is that request's
   latency (it ends with the batch instead of early), the gain the batch's throughput. Over HTTP at
   8 streams a worth of 0.5 still grafted in 16-28 of 124-126 rounds per run (a copying request gains
   8 tokens for 8 rows), a worth of 0 in 11-13 of 125-127 (explores, the critical path);

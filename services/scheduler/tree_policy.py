@@ -37,13 +37,9 @@ measured over modelled tokens per ms, for speculative and for plain
 rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
 Rounds that carried prompt-lookup nodes are left out of it (their rows are outside the model).
 
-Prompt-lookup candidates are a second source of tree nodes that cost no draft compute,
-only verify rows; ``lookup_policy.py`` decides per sequence whether they pay this round, and
-while they do not, the rounds that graft them anyway (to follow the text) back off like tree
-explores. When no request takes a freed slot (``makespan.py``), a sequence that will end before
-another of its batch grafts lookup nodes only on its lookup explores (they would end it early
-without ending the batch sooner), and a tree's expected draft tokens count as many as the batch's
-critical path (the requests with the most tokens left) accepts: E x ``fit`` in the rate.
+Prompt-lookup candidates (free draft tokens, only verify rows) are priced per sequence in
+``lookup_policy.py`` (``lookup_nodes`` here); ``makespan.py`` discounts tokens gained off the
+batch's critical path (E x ``fit`` in the rate) when no request takes a freed slot.
 Torch-free.
 """
 
@@ -53,8 +49,7 @@ from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
 from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
-from services.scheduler.lookup_policy import (LOOKUP_EXPLORE_COST, LOOKUP_EXPLORE_MIN_NODES, CostCorrection, LookupStats,
-                                              SeqLookup)
+from services.scheduler.lookup_policy import CostCorrection, LookupStats, SeqLookup
 
 EXPLORE_EVERY = 8  # rounds
 EXPLORE_MIN_REMAINING = 16  # tokens: no explore round when the batch may generate fewer (mean)
@@ -264,39 +259,16 @@ class TreePolicy:
 
     def lookup_nodes(self, batch: int, size: int, depth: int, seq: SeqLookup, value: float = 1.0) -> int:
         """Lookup nodes one sequence (its state ``seq``) may graft this round onto its draft tree
-        of (``size``, ``depth``) in a batch of ``batch`` (0 = none): as many of the budget's
-        ``lookup_nodes`` as pay best (``LookupStats.nodes`` on the sequence's means, the engine-wide ones as
-        prior, and the corrected verify cost, a gained token worth ``value``: less off the batch's
-        critical path, ``makespan.py``) and its rounds with them did not measure slower
-        (``seq.rates``; before anything is measured, at ``DEFAULT_LOOKUP_ACCEPT``); otherwise an explore graft
-        (``_explore_nodes``) on the sequence's explore rounds (``SeqLookup.explore_due``), else 0."""
+        of (``size``, ``depth``) in a batch of ``batch`` (0 = none), up to the budget's
+        ``lookup_nodes``: ``SeqLookup.graft`` priced by the corrected verify cost, the expected
+        accepted draft tokens of that tree and the engine-wide stats as prior; a gained token is
+        worth ``value`` (less off the batch's critical path, ``makespan.py``)."""
         cap = self.budget.lookup_nodes
         if cap == 0 or self.verify is None:
             return cap
-        explore = seq.explore_due()
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
-        if not seq.rates.loses(batch):
-            nodes = seq.stats.nodes(lambda rows: self.verify_ms(batch, rows), batch, size, expected,
-                                    prior=self.lookup, value=value, cap=cap)
-            if nodes:
-                seq.misses = 0
-                return nodes
-        return self._explore_nodes(batch, size, cap) if explore else 0
-
-    def _explore_nodes(self, batch: int, size: int, cap: int) -> int:
-        """Lookup nodes of an explore graft: the most, up to ``cap``, whose verify rows the corrected
-        cost prices at most ``LOOKUP_EXPLORE_COST`` over the round's pass of ``batch`` trees of
-        ``size`` nodes, and at least ``LOOKUP_EXPLORE_MIN_NODES``. On a batch that is already
-        compute-bound (8 streams on 2 cores: 8 plain rows 130 ms, ~35 rows 560 ms, ``lookup_policy``)
-        a full graft nearly doubles the round for a sequence whose lookup measured no gain; a
-        chain's first tokens still show whether the text began to copy."""
-        rows = batch * (size + 1)
-        limit = self.verify_ms(batch, rows) * (1 + LOOKUP_EXPLORE_COST)
-        nodes = cap
-        while nodes > LOOKUP_EXPLORE_MIN_NODES and self.verify_ms(batch, rows + nodes) > limit:
-            nodes -= 1
-        return min(cap, nodes)
+        return seq.graft(lambda rows: self.verify_ms(batch, rows), batch, size, expected, self.lookup, value, cap)
 
     def verify_ms(self, batch: int, rows: int) -> float:
         """Predicted ms of one verify pass over ``rows`` tokens of ``batch`` sequences: the
