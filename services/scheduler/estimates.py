@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,16 +35,26 @@ class CostCurve:
     def __post_init__(self) -> None:
         if len(self.points) < 2 or any(t <= 0 or ms <= 0 for t, ms in self.points):
             raise ValueError(f"a cost curve needs >= 2 positive (tokens, ms) points, got {self.points}")
-        # the arrays once, not on every call (the policy evaluates ~100 shapes per round)
-        object.__setattr__(self, "_xs", np.array([t for t, _ in self.points], float))
-        object.__setattr__(self, "_ys", np.array([m for _, m in self.points], float))
+        # the points as lists once and each answer memoised: the policy prices ~80 shapes per round,
+        # and np.interp per call made a round's choice cost 0.7 ms (2% of a 36 ms w4a8 round)
+        object.__setattr__(self, "_xs", [float(t) for t, _ in self.points])
+        object.__setattr__(self, "_ys", [float(m) for _, m in self.points])
+        object.__setattr__(self, "_memo", {})
 
     def ms(self, tokens: int) -> float:
+        """Predicted ms of one forward over ``tokens`` tokens (>= 1)."""
+        memo = self._memo
+        if tokens not in memo:
+            memo[tokens] = self._interpolate(tokens)
+        return memo[tokens]
+
+    def _interpolate(self, tokens: float) -> float:
+        """Piecewise-linear ``ms``: flat below the first point, linear past the last."""
         xs, ys = self._xs, self._ys
-        if tokens <= xs[-1]:
-            return float(np.interp(tokens, xs, ys))
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return float(ys[-1] + slope * (tokens - xs[-1]))
+        if tokens <= xs[0]:
+            return ys[0]
+        i = min(bisect.bisect_left(xs, tokens), len(xs) - 1)  # xs[i - 1] < tokens <= xs[i], or past the end
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 PRIOR_WEIGHT = 2.0  # decayed observations' worth of the prior that shrinks a sparse cell's mean

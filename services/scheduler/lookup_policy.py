@@ -178,7 +178,7 @@ class CostCorrection:
 
     def __init__(self) -> None:
         self.ratios: dict[tuple[int, int], list[float]] = {}  # bucket -> [sum of ratios, weight]
-        self._factors: dict[tuple[int, int], float] = {}  # factor() per bucket until the next observe
+        self._factors: dict[tuple[int, int], float] = {}  # factor() per (batch, rows) until the next observe
 
     def observe(self, curve_ms: float, batch: int, rows: int, ms: float) -> None:
         """One pass: ``rows`` (tokens or levels) of ``batch`` sequences took ``ms`` (curve: ``curve_ms``)."""
@@ -198,10 +198,10 @@ class CostCorrection:
         ratio grows with the batch too: the curve is one sequence's; at 8 streams a first round
         priced by the bare curve bet the whole batch on trees that measured 2.6x slower than
         plain); 1.0 when no smaller batch has ``MIN_COST_WEIGHT`` rounds."""
-        key = (_pow2(batch), _pow2(rows))
-        if key not in self._factors:  # the policy asks for ~100 shapes per round: look up once
-            self._factors[key] = self._lookup(*key)
-        return self._factors[key]
+        factor = self._factors.get((batch, rows))
+        if factor is None:  # the policy asks for ~100 shapes per round: look up once
+            factor = self._factors[(batch, rows)] = self._lookup(_pow2(batch), _pow2(rows))
+        return factor
 
     def _lookup(self, batch_bucket: int, rows_bucket: int) -> float:
         """``factor`` for power-of-two buckets, from the measured ratios."""

@@ -61,6 +61,7 @@ PLAIN_EXPLORE_BACKOFF = 5  # ... and twice as rarely again after each explore th
 # share (its sequence's draft catch-up, levels and extra verify rows, priced by the curves): at batch
 # 1 a w4a8 main's plain round took 46 ms on an AVX2-only host while an explore's draft prefilled a
 # 110-token prompt (0.7 s); one every 32 rounds made speculation 0.66-0.87x plain on the first prompts.
+# The share halves after each explore that left plain best (up to 2^PLAIN_EXPLORE_BACKOFF x).
 PLAIN_EXPLORE_SHARE = 0.05
 PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
 # A tree must beat plain decoding's rate by this fraction: its explore rounds and its draft's
@@ -174,7 +175,8 @@ class TreePolicy:
     def _explore_due(self, batch: int, backlog: int) -> bool:
         """Whether this round explores: every ``explore_every()``-th round, and while plain decoding is
         best only once the modelled plain time since the last explore reaches the explore's cost over
-        ``PLAIN_EXPLORE_SHARE`` (else the next such round is tried). The cost: the catch-up
+        ``PLAIN_EXPLORE_SHARE``, halved after each explore that left plain best (as ``explore_every``
+        backs off; else the next such round is tried). The cost: the catch-up
         of the explorer's draft (``backlog`` / ``batch`` tokens: planning picks the least behind), one
         draft's levels and the extra verify rows, from the corrected cost curves (ms)."""
         if self.rounds % self.explore_every() != 1:
@@ -182,7 +184,8 @@ class TreePolicy:
         if self.best != (0, 0):
             return True
         catch_up = self.draft.ms(backlog // batch) if backlog >= batch else 0.0
-        return self.plain_ms >= (catch_up + self._explore_cost(batch, *self._explore_tree())) / PLAIN_EXPLORE_SHARE
+        share = PLAIN_EXPLORE_SHARE / 2 ** min(self.plain_explores, PLAIN_EXPLORE_BACKOFF)
+        return self.plain_ms >= (catch_up + self._explore_cost(batch, *self._explore_tree())) / share
 
     def _explore_cost(self, batch: int, size: int, depth: int) -> float:
         """Predicted ms one sequence's explore tree of (``size``, ``depth``) adds to a plain round of
@@ -247,11 +250,12 @@ class TreePolicy:
         best_rate = plain_rate * (1 + SPEC_MARGIN)  # what a tree must beat
         spec_factor = self.calibration.factor(batch, True)
         for si, size in enumerate(SIZES):
+            verify_ms = self.verify_ms(batch, batch * (size + 1))
             for depth in range(1, min(size, self.max_depth) + 1):
                 exp = self.table.expected(si, depth)
                 if exp is None:
                     continue
-                ms = self.verify_ms(batch, batch * (size + 1)) + self._draft_ms(batch, depth, exp)
+                ms = verify_ms + self._draft_ms(batch, depth, exp)
                 rate = batch * (fit * exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
                 if rate > best_rate:
                     best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)

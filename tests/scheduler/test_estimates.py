@@ -18,6 +18,16 @@ class TestCostCurve:
         assert c.ms(36) == pytest.approx(200.0)
         assert c.ms(128) == pytest.approx(300.0 + 200.0 / 56 * 64)
 
+    def test_matches_numpy_interpolation_at_every_token_count(self):
+        """The memoised piecewise-linear cost equals np.interp at and between the points (flat below the
+        first), asked twice (the second answer from the memo)."""
+        points = ((2, 30.0), (4, 54.4), (8, 99.7), (16, 192.9), (256, 3226.8))
+        c = CostCurve(points)
+        xs, ys = [t for t, _ in points], [m for _, m in points]
+        for _ in range(2):
+            for tokens in range(1, 257):
+                assert c.ms(tokens) == pytest.approx(float(np.interp(tokens, xs, ys)), rel=1e-12)
+
     def test_rejects_a_single_point(self):
         """A curve needs at least two positive points."""
         with pytest.raises(ValueError):

@@ -258,17 +258,19 @@ class TestCalibration:
     def test_plain_best_explores_take_a_bounded_share_of_the_time(self, backlog):
         """While plain decoding is best, an explore comes only once the modelled plain time since the last one
         reaches its cost (the explorer's draft catch-up of ``backlog`` tokens, levels, extra rows) over
-        PLAIN_EXPLORE_SHARE: a draft 100 tokens behind explores about 10x more rarely than one caught up."""
+        PLAIN_EXPLORE_SHARE, halved after each explore that left plain best: a draft 100 tokens behind explores
+        about 10x more rarely than one caught up, and each gap is about twice the one before."""
         p = policy(((1, 10.0), (256, 2560.0)), ((1, 10.0), (256, 2560.0)))  # plain 10 ms; draft 10 ms a row
         explores = []
         for _ in range(20000):
             p.choose(1, backlog=backlog)
             explores += [p.rounds] if p.last_reason == "explore" else []
-        assert p.best == (0, 0)
+        assert p.best == (0, 0) and len(explores) >= 3
         cost = backlog * 10.0 + 10.0 + 40.0 + 4 * 10.0  # catch-up, append + 1 level of 4 nodes, 4 rows
-        first_gap = explores[1] - explores[0]
-        assert first_gap >= cost / PLAIN_EXPLORE_SHARE / 10.0
-        assert first_gap <= max(cost / PLAIN_EXPLORE_SHARE / 10.0 * 1.25, 2 * EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR)
+        for k, gap in enumerate(np.diff(explores)[:2]):
+            share = PLAIN_EXPLORE_SHARE / 2 ** (k + 1)  # k + 1 explores have left plain best
+            expected = cost / share / 10.0  # rounds of 10 ms
+            assert expected <= gap <= expected + EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR * 2 ** (k + 1)
 
     def test_explore_shape_is_set_on_explore_rounds_only(self):
         """Explore rounds return the current best shape (for the batch) and set ``explore_shape``
