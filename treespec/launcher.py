@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 from common.cli_args import add_config_args, config_or_report
 from common.config import AUTO, Config, env_var
 from common.control_keys import ensure_curve_keys, keys_dir
-from treespec.supervisor import RestartPolicy
+from treespec.supervisor import RestartPolicy, StopFlag
 
 READY_TIMEOUT_S = 600.0  # loading real models can take minutes; a crash is reported at once
 STOP_GRACE_S = 10.0  # SIGTERM -> SIGKILL
@@ -122,7 +121,7 @@ def verifiers_joined(cfg: Config):
     return lambda st: sum(w.role == wire.Role.VERIFIER for w in st.workers) >= cfg.verifier_replicas
 
 
-def wait_ready(cfg: Config, services: list[Service], stop: threading.Event, until=None) -> str | None:
+def wait_ready(cfg: Config, services: list[Service], stop: StopFlag, until=None) -> str | None:
     """Block until the scheduler reports ready (or Stats satisfy ``until``); returns None,
     or why not (a service died, timeout, interrupted)."""
     from services.scheduler.client import SchedulerClient
@@ -148,7 +147,7 @@ def run(args) -> int:
     cfg = config_or_report(args, "up")
     if cfg is None:
         return 2
-    stop = threading.Event()
+    stop = StopFlag()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     if keys_dir(cfg):
@@ -172,7 +171,7 @@ def run(args) -> int:
         stop_all(services)
 
 
-def _supervise(cfg: Config, services: list[Service], stop: threading.Event, env: dict[str, str]) -> int:
+def _supervise(cfg: Config, services: list[Service], stop: StopFlag, env: dict[str, str]) -> int:
     """Wait for ready, then restart dead services until a signal (0) or a crash loop (1)."""
     why = wait_ready(cfg, services, stop)
     if why is not None:

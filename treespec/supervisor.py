@@ -1,4 +1,4 @@
-"""Restart policy of ``treespec up``: backoff after a crash, give up on a crash loop. Pure.
+"""Restart policy of ``treespec up``: backoff after a crash, give up on a crash loop; its stop flag.
 
 A service that exits after the deployment became ready is restarted after a delay that
 doubles with each quick failure (``BASE_DELAY_S`` .. ``MAX_DELAY_S``); one that ran for
@@ -10,6 +10,7 @@ policy of systemd's ``Restart=on-failure`` with ``StartLimitBurst`` / ``StartLim
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -48,3 +49,26 @@ class RestartPolicy:
     def crashes(self, name: str) -> int:
         """Crashes of ``name`` inside the current window."""
         return len(self._crashes.get(name, ()))
+
+
+class StopFlag:
+    """Set by a SIGINT / SIGTERM handler, polled by the launcher's main thread. A plain attribute,
+    no lock: ``threading.Event.set`` takes the condition lock that the interrupted main thread may
+    hold inside ``Event.wait``, and ``treespec up`` deadlocked on SIGTERM that way (CI, 2026-12-05)."""
+
+    def __init__(self, poll_s: float = 0.05) -> None:
+        self.poll_s = poll_s  # s between checks while waiting
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep until set or ``timeout_s`` seconds have passed; whether it is set."""
+        deadline = time.monotonic() + timeout_s
+        while not self._set and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, self.poll_s))
+        return self._set

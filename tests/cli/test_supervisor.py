@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from treespec.supervisor import RestartPolicy
+import signal
+import time
+
+from treespec.supervisor import RestartPolicy, StopFlag
 
 
 class TestRestartPolicy:
@@ -41,3 +44,26 @@ class TestRestartPolicy:
         pol.on_exit("g", 2, 3)
         assert pol.on_exit("g", 200, 300) is not None
         assert pol.crashes("g") == 1
+
+
+class TestStopFlag:
+    def test_a_signal_handler_sets_it_while_the_main_thread_waits(self):
+        """A SIGALRM handler calling set() during wait(10) ends the wait within a second (the handler takes
+        no lock the interrupted wait could hold; threading.Event's does, and `treespec up` deadlocked)."""
+        flag = StopFlag()
+        previous = signal.signal(signal.SIGALRM, lambda *_: flag.set())
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            start = time.monotonic()
+            assert flag.wait(10.0) is True
+            assert time.monotonic() - start < 1.0
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def test_wait_times_out_unset(self):
+        """Without set(), wait returns False after about its timeout."""
+        flag = StopFlag(poll_s=0.01)
+        start = time.monotonic()
+        assert flag.wait(0.1) is False and not flag.is_set()
+        assert 0.1 <= time.monotonic() - start < 1.0
