@@ -284,7 +284,9 @@ class RoundDriver:
         if not rnd.prefill and accepted:  # a prefill round's cost is the prompt's, not decoding's
             self.planner.observe_costs(rnd, accepted, nodes)
         round_event(self.log, rnd.number, rnd.draft_ms, rnd.verify_ms, [n for _, n in accepted],
-                    from_guess=rnd.guessed, tree_nodes=nodes, lookup_grafts=len(rnd.grafts))
+                    from_guess=rnd.guessed, tree_nodes=nodes, lookup_grafts=len(rnd.grafts),
+                    lookup_nodes=[len(rnd.grafts[s.request_id].chain_nodes) if s.request_id in rnd.grafts else 0
+                                  for s, _ in accepted])
         return out
 
     # ---- failures -----------------------------------------------------------------------

@@ -177,8 +177,8 @@ class TestPathValues:
 class TestRoundLog:
     def test_the_round_log_counts_tree_nodes_and_lookup_grafts(self):
         """Each round's log event says how many tree nodes the verifier scored (beyond one token
-        per sequence) and how many sequences had prompt-lookup nodes grafted, so a slow round in
-        the log can be told apart from a big one."""
+        per sequence), how many sequences had prompt-lookup nodes grafted and how many each (in the
+        order of ``accepted``), so a slow round in the log can be told apart from a big one."""
         events = []
         drv, step = repeating_and_new(lambda self, event, **kw: events.append((event, kw)))
         nodes = {e.seq_id: e.tree.tokens.shape[0] for e in step.seqs}
@@ -187,6 +187,8 @@ class TestRoundLog:
             "rep": wire.VerifyOut(accepted=[0, 1], bonus=7), "new": wire.VerifyOut(accepted=[], bonus=28)}), 0.0)
         rounds = [kw for event, kw in events if event == "round"]
         assert [(r["tree_nodes"], r["lookup_grafts"], r["accepted"]) for r in rounds][-1] == (nodes["rep"], 1, [3, 1])
+        lookup = rounds[-1]["lookup_nodes"]
+        assert len(lookup) == 2 and 0 < lookup[0] <= nodes["rep"] and lookup[1] == 0
 
 
 class TestPrefillRound:
