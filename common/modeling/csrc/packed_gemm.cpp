@@ -50,6 +50,8 @@ static inline int64_t npad(int64_t N) { return (N + PANEL - 1) / PANEL * PANEL; 
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #define VARIANT "avx512bf16"
+static const bool FP32_X = false;
+static const int PF_MIN_BLOCKS = 3;
 static const int MB = 3;  // rows per register block: 3 x 8 accumulators + 4 weight registers
 // A k-pair of a panel as 4 x 32 bf16 (16 outputs x the pair each): bf16 panels load it, int8
 // panels (the same [K/2][64][2] order, one byte each) widen it in registers (exact: |q| <= 127).
@@ -79,7 +81,7 @@ static inline void fma_pair(const bf16* x, int64_t K, int64_t k, const W* p, __m
 // 24 GB/s on the 2-core Xeon host, two sets 30 GB/s, the host's read bandwidth). Every R sums in
 // this same order, so a row's result still does not depend on the rows beside it.
 template <int R, typename W>
-static void micro(const bf16* x, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc,
+static void micro(const bf16* x, const float*, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc,
                   const char* pf = nullptr, int pf_lines = 0) {
   __m512 a[R][4], b[R][4];
   for (int i = 0; i < R; ++i)
@@ -146,46 +148,85 @@ static void micro4(const bf16* x, int64_t K, const uint8_t* p, const float* sl, 
 #define HAVE_MICRO4 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VARIANT "avx2"
-static const int MB = 1;  // 8 accumulators of 8 outputs fill the 16 ymm registers with temporaries
-template <int R>
-static void micro(const bf16* x, int64_t /*K*/, const bf16* panel, int64_t k0, int64_t kc, float* acc,
-                  const char* = nullptr, int = 0) {
-  __m256 a[8];
-  for (int v = 0; v < 8; ++v) a[v] = _mm256_loadu_ps(acc + v * 8);
-  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-  const bf16* p = panel + k0 * PANEL;
-  for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
-    __m256 x0 = _mm256_set1_ps(bf2f(x[k])), x1 = _mm256_set1_ps(bf2f(x[k + 1]));
-    for (int v = 0; v < 8; ++v) {  // 8 outputs x (k, k+1), interleaved
-      __m256i w = _mm256_loadu_si256((const __m256i*)(p + v * 16));
-      a[v] = _mm256_fmadd_ps(x0, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), a[v]);
-      a[v] = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(_mm256_and_si256(w, hi)), a[v]);
-    }
-  }
-  for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + v * 8, a[v]);
+// Up to MB rows share each weight load and widening. One row alone reads its 64 outputs' k-pair as 8 ymm
+// in stream order (8 accumulators); a block of 2-4 rows walks the panel chunk in slices of 16 outputs
+// (SLICE_V ymm: R x 2 accumulators), so one widened weight feeds 2R FMAs, and x comes in fp32 (FP32_X: a
+// broadcast is one load). With one row per block every row re-read each chunk from L2 and widened it
+// again (256 bytes and 16 integer ops per 16 FMAs): a 1.5B pass of 4 / 16 rows took 163 / 453 ms, about
+// one FMA per cycle (Zen 2, 2 cores; one row: 92 ms); in slices 126 / 340 ms.
+// The first slice prefetches the whole k-pairs it passes into L1 (the other slices then read them from
+// there or L2), and every slice its share of the next chunk into L2 (panel_rows), so DRAM streams
+// while slices 2-4 compute; without the latter, 4 rows in slices took longer than one row at a time.
+// A lane's FMAs run in k order either way (k, k+1, k+2, ...), so a row's result is bit-identical
+// whatever block it rides in.
+static const int MB = 4;
+static const int PF_MIN_BLOCKS = 1;  // panel_rows: every block prefetches its share of the next chunk
+static const bool FP32_X = true;  // gemm hands micro x in fp32 too
+static const int SLICE_V = 2;  // ymm (8 outputs each) per slice: 4 rows x 2 = 8 accumulators + temporaries
+static const int PF_PAIRS = 16;  // k-pairs ahead that the first slice prefetches
+// The ymm of 8 outputs x a k-pair at p as fp32 weights of k (even) and k + 1 (odd).
+static inline void widen(const bf16* p, __m256& even, __m256& odd) {
+  const __m256i w = _mm256_loadu_si256((const __m256i*)p);
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
 }
-template <int R>
-static void micro(const bf16* x, int64_t /*K*/, const int8_t* panel, int64_t k0, int64_t kc, float* acc,
-                  const char* = nullptr, int = 0) {
-  __m256 a[8];
-  for (int v = 0; v < 8; ++v) a[v] = _mm256_loadu_ps(acc + v * 8);
-  const int8_t* p = panel + k0 * PANEL;
-  for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
-    __m256 x0 = _mm256_set1_ps(bf2f(x[k])), x1 = _mm256_set1_ps(bf2f(x[k + 1]));
-    for (int v = 0; v < 8; ++v) {  // 8 outputs x (k, k+1): 16 int8 widened to int16 pairs
-      __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(p + v * 16)));
-      __m256 even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 16));
-      a[v] = _mm256_fmadd_ps(x0, even, a[v]);
-      a[v] = _mm256_fmadd_ps(x1, _mm256_cvtepi32_ps(_mm256_srai_epi32(w, 16)), a[v]);
+static inline void widen(const int8_t* p, __m256& even, __m256& odd) {  // 16 int8 widened to int16 pairs
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p));
+  even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 16));
+  odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(w, 16));
+}
+// acc[i][8 v0 .. 8 (v0 + SLICE_V)] += xf[i] . the slice's weights over the chunk, R rows (xf: fp32 from k0, stride K).
+template <int R, typename W>
+static void slice(const float* xf, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc, int v0,
+                  const char* pf, int64_t pf_lines) {
+  __m256 a[R][SLICE_V];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < SLICE_V; ++v) a[i][v] = _mm256_loadu_ps(acc + i * PANEL + (v0 + v) * 8);
+  const W* p = panel + k0 * PANEL + v0 * 16;
+  const int lines = v0 == 0 ? (int)(2 * PANEL * sizeof(W) / 64) : 0;  // the first slice streams whole k-pairs
+  const int64_t pf_step = (pf_lines + kc / 2 - 1) / (kc / 2);  // lines of the next chunk per k-pair
+  for (int64_t k = 0; k < kc; k += 2, p += 2 * PANEL) {
+    for (int j = 0; j < lines; ++j) _mm_prefetch((const char*)(p + PF_PAIRS * 2 * PANEL) + 64 * j, _MM_HINT_T0);
+    for (int64_t j = k / 2 * pf_step; j < std::min(pf_lines, (k / 2 + 1) * pf_step); ++j) _mm_prefetch(pf + 64 * j, _MM_HINT_T1);
+    __m256 even[SLICE_V], odd[SLICE_V];
+    for (int v = 0; v < SLICE_V; ++v) widen(p + v * 16, even[v], odd[v]);
+    for (int i = 0; i < R; ++i) {  // row by row: two broadcasts live at a time (16 ymm registers in all)
+      const __m256 x0 = _mm256_broadcast_ss(xf + i * K + k), x1 = _mm256_broadcast_ss(xf + i * K + k + 1);
+      for (int v = 0; v < SLICE_V; ++v) a[i][v] = _mm256_fmadd_ps(x1, odd[v], _mm256_fmadd_ps(x0, even[v], a[i][v]));
     }
   }
-  for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + v * 8, a[v]);
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < SLICE_V; ++v) _mm256_storeu_ps(acc + i * PANEL + (v0 + v) * 8, a[i][v]);
+}
+template <int R, typename W>
+static void micro(const bf16* x, const float* xf, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc,
+                  const char* pf = nullptr, int pf_lines = 0) {  // xf: x in fp32 (a broadcast is then one load)
+  if constexpr (R == 1) {  // the whole k-pair in stream order: one row streams from DRAM fastest this way
+    __m256 a[8];
+    for (int v = 0; v < 8; ++v) a[v] = _mm256_loadu_ps(acc + v * 8);
+    const W* p = panel + k0 * PANEL;
+    for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
+      const __m256 x0 = _mm256_set1_ps(bf2f(x[k])), x1 = _mm256_set1_ps(bf2f(x[k + 1]));
+      for (int v = 0; v < 8; ++v) {
+        __m256 even, odd;
+        widen(p + v * 16, even, odd);
+        a[v] = _mm256_fmadd_ps(x1, odd, _mm256_fmadd_ps(x0, even, a[v]));
+      }
+    }
+    for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + v * 8, a[v]);
+  } else {
+    const int64_t share = (int64_t)pf_lines * (kc / 4) / (8 / SLICE_V);  // lines of the next chunk per slice
+    for (int v0 = 0; v0 < 8; v0 += SLICE_V)
+      slice<R>(xf + k0, K, panel, k0, kc, acc, v0, pf + v0 / SLICE_V * share * 64, share);
+  }
 }
 #else
 #define VARIANT "portable"
+static const bool FP32_X = false;
+static const int PF_MIN_BLOCKS = 3;
 static const int MB = 1;
 template <int R>
-static void micro(const bf16* x, int64_t /*K*/, const bf16* panel, int64_t k0, int64_t kc, float* acc,
+static void micro(const bf16* x, const float*, int64_t /*K*/, const bf16* panel, int64_t k0, int64_t kc, float* acc,
                   const char* = nullptr, int = 0) {
   const bf16* p = panel + k0 * PANEL;
   for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
@@ -194,7 +235,7 @@ static void micro(const bf16* x, int64_t /*K*/, const bf16* panel, int64_t k0, i
   }
 }
 template <int R>
-static void micro(const bf16* x, int64_t /*K*/, const int8_t* panel, int64_t k0, int64_t kc, float* acc,
+static void micro(const bf16* x, const float*, int64_t /*K*/, const int8_t* panel, int64_t k0, int64_t kc, float* acc,
                   const char* = nullptr, int = 0) {
   const int8_t* p = panel + k0 * PANEL;
   for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
@@ -235,23 +276,25 @@ static void micro4(const bf16* x, int64_t K, const uint8_t* p, const float* sl, 
 // time plus all of its compute: 102/130/161 ms against 87 for one row, Zen 4). So every block
 // also prefetches its share of the next chunk (the following bytes: the next chunk of this panel,
 // or the next panel's first, which this thread takes next under the static schedule; a prefetch
-// never faults), and the streaming overlaps the compute. Only from 3 blocks (7 rows) on: with 2
-// (4-6 rows) the extra prefetches cost more than they hide (4 rows: 1.1-1.2x slower, Zen 4).
+// never faults), and the streaming overlaps the compute. AVX-512: only from 3 blocks (7 rows) on
+// (PF_MIN_BLOCKS): with 2 (4-6 rows) the extra prefetches cost more than they hide (4 rows: 1.1-1.2x
+// slower, Zen 4); AVX2 from one block (its blocks walk a chunk in 4 slices, see micro).
 template <typename W>
-static void panel_rows(const bf16* x, int64_t M, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc) {
+static void panel_rows(const bf16* x, const float* xf, int64_t M, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc) {
   const int64_t blocks = (M + MB - 1) / MB, steps = kc / 4;
   const int64_t lines = kc * PANEL * (int64_t)sizeof(W) / 64;
-  const int per = blocks >= 3 && steps > 0 ? (int)((lines + blocks * steps - 1) / (blocks * steps)) : 0;
+  const int per = blocks >= PF_MIN_BLOCKS && steps > 0 ? (int)((lines + blocks * steps - 1) / (blocks * steps)) : 0;
   const char* next = reinterpret_cast<const char*>(panel + (k0 + kc) * PANEL);
   int64_t m = 0, block = 0;
   for (; m + MB <= M; m += MB, ++block)
-    micro<MB>(x + m * K, K, panel, k0, kc, acc + m * PANEL, next + block * per * steps * 64, per);
+    micro<MB>(x + m * K, xf ? xf + m * K : nullptr, K, panel, k0, kc, acc + m * PANEL, next + block * per * steps * 64, per);
   const bf16* xr = x + m * K;
   float* ar = acc + m * PANEL;
   const char* pf = next + block * per * steps * 64;
   switch (M - m) {  // only reached with MB > 1: R rows of micro<R> then share each weight load
-    case 2: micro<2>(xr, K, panel, k0, kc, ar, pf, per); break;
-    case 1: micro<1>(xr, K, panel, k0, kc, ar, pf, per); break;
+    case 3: micro<3>(xr, xf ? xf + m * K : nullptr, K, panel, k0, kc, ar, pf, per); break;
+    case 2: micro<2>(xr, xf ? xf + m * K : nullptr, K, panel, k0, kc, ar, pf, per); break;
+    case 1: micro<1>(xr, xf ? xf + m * K : nullptr, K, panel, k0, kc, ar, pf, per); break;
     default: break;
   }
 }
@@ -328,6 +371,8 @@ static void gemm(const bf16* x, const W* packed, const float* scale, const bf16*
                  int64_t M, int64_t N, int64_t K, int threads, int64_t amx_rows = 0) {
   const int64_t panels = npad(N) / PANEL;
   const int64_t tiled = std::is_same_v<W, bf16> ? amx_rows_of(M, K, amx_rows) : 0;
+  std::vector<float> xf(FP32_X && tiled == 0 ? M * K : 0);  // x in fp32, once per call (AVX2 blocks broadcast it)
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf2f(x[i]);
   std::vector<bf16> xa;  // x with zero rows up to whole tiles (a tile load reads 16 rows)
   if (tiled > 0) {
     xa.assign((tiled + 15) / 16 * 16 * K, bf16(0));
@@ -353,7 +398,7 @@ static void gemm(const bf16* x, const W* packed, const float* scale, const bf16*
         if (tiled > 0) amx_panel(xa.data(), K, panel, tiled, c.data(), acc.data());
 #endif
       for (int64_t k0 = 0; k0 < K && tiled == 0; k0 += KC)  // tiled is 0 or M: no AMX, every row here
-        panel_rows(x, M, K, panel, k0, std::min(KC, K - k0), acc.data());
+        panel_rows(x, xf.empty() ? nullptr : xf.data(), M, K, panel, k0, std::min(KC, K - k0), acc.data());
       const int64_t n0 = b * PANEL, nn = std::min(PANEL, N - n0);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t j = 0; j < nn; ++j) {

@@ -59,15 +59,16 @@ class TestNumerics:
                     assert err <= 2 * base + 1e-2, (name, n, k, rows, float(err), float(base))
 
     def test_a_row_does_not_depend_on_its_batch(self, variants):
-        """On the AVX-512/AVX2/portable paths each row's result is bit-identical whether it runs alone or with 1..39 other rows."""
+        """On the AVX-512/AVX2/portable paths each row's bf16 or int8 product is bit-identical whether it runs alone or with 1..39 other rows (whole register blocks and every remainder)."""
         g = torch.Generator().manual_seed(1)
         for lib in variants.values():
             w = (torch.randn(192, 1536, generator=g) * 0.05).bfloat16()
-            packed = lib.pack(w)
+            w8 = Int8Weight(*quantize_int8(w, torch.bfloat16))
             x = torch.randn(40, 1536, generator=g).bfloat16()
-            alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(40)])
-            for rows in (2, 6, 7, 16, 40):
-                assert torch.equal(packed.linear(x[:rows]), alone[:rows]), (lib.variant, rows)
+            for kind, packed in (("bf16", lib.pack(w)), ("int8", lib.pack_int8(w8.q, w8.scales))):
+                alone = torch.cat([packed.linear(x[i:i + 1]) for i in range(40)])
+                for rows in (2, 3, 4, 5, 6, 7, 9, 16, 40):
+                    assert torch.equal(packed.linear(x[:rows]), alone[:rows]), (lib.variant, kind, rows)
 
     @pytest.mark.skipif(not (library() and library().bf16_amx), reason="the bf16 AMX path needs AMX-BF16 (and the OS's grant)")
     def test_bf16_amx_path_matches_the_reference_and_its_own_rows(self, monkeypatch):
