@@ -11,7 +11,8 @@ default) picks the shape that maximises expected committed tokens per second, fr
   For greedy decoding this counterfactual is exact, so one big tree measures every
   (n, D) at once. Every ``EXPLORE_EVERY``-th round (4x less often while plain decoding is
   best, backing off further while it stays best, and only while explores take at most
-  ``PLAIN_EXPLORE_SHARE`` of the time: ``TreePolicy._explore_due``; never while the
+  ``PLAIN_EXPLORE_SHARE`` of the time, a share halved after each explore that left plain best:
+  ``TreePolicy._explore_due``; never while the
   batch may generate fewer than ``EXPLORE_MIN_REMAINING`` tokens) one sequence drafts a tree
   about twice the current best (size and depth), so the estimates can
   grow toward bigger trees when they pay, while exploring stays cheap when the best is small
