@@ -371,7 +371,8 @@ static void gemm(const bf16* x, const W* packed, const float* scale, const bf16*
                  int64_t M, int64_t N, int64_t K, int threads, int64_t amx_rows = 0) {
   const int64_t panels = npad(N) / PANEL;
   const int64_t tiled = std::is_same_v<W, bf16> ? amx_rows_of(M, K, amx_rows) : 0;
-  std::vector<float> xf(FP32_X && tiled == 0 ? M * K : 0);  // x in fp32, once per call (AVX2 blocks broadcast it)
+  // x in fp32, once per call, where blocks of 2+ rows broadcast it (AVX2); one row reads x itself
+  std::vector<float> xf(FP32_X && tiled == 0 && M > 1 ? M * K : 0);
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf2f(x[i]);
   std::vector<bf16> xa;  // x with zero rows up to whole tiles (a tile load reads 16 rows)
   if (tiled > 0) {
