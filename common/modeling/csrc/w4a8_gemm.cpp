@@ -143,6 +143,11 @@ static inline __m256 widen_bf16_8(const bf16* p) {
 // nibbles: 2 * W_OCTETS16 sums of at most 3810) are added in int16, |sum| <= 8 * 3810 = 30480 < 32767,
 // and widened once: per row and 4 octets 8 VPMADDUBSW + 1 VPMADDWD where 8 + 8 were. A 1.5B-shaped pass
 // at 4 / 8 / 16 rows: 66 / 127 / 252 ms before, 54 / 102 / 194 after (Zen 2, scripts/bench_packed_stream.py).
+// The empty asm after each row's update pins the sum's order: GCC reassociates integer adds, and at -O3 it
+// turned each row's chain into a tree that kept all 32 products of a 4-row block live at once and spilled
+// them to the stack (523 stack accesses in the built kernel, 396 with the pin); a gate_up-shaped call
+// (17920 x 1536) at 16 / 32 rows took 3.59 / 7.48 ms before, 3.07 / 6.04 after; the whole 1.5B-shaped pass
+// at 4 / 8 / 16 / 32 rows 51 / 94-102 / 181-187 / 357 ms before, 46 / 84-89 / 160-162 / 313-317 after (Zen 2).
 static const int64_t W_OCTETS16 = 4;
 // As the VNNI micro kernel, per 32-byte half-block u (outputs [8u, 8u + 8) of the panel: byte 4j+t of
 // half u holds output 8u+j's codes) with the octets inner, so R rows need only R accumulators; a group's
@@ -173,6 +178,7 @@ static void micro(const int8_t* p, int64_t K, const uint8_t* w, const bf16* sl, 
             std::memcpy(&q1, pr + 4, 4);
             c[i] = _mm256_add_epi16(c[i], _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(q0)),
                                                             _mm256_maddubs_epi16(hi, _mm256_set1_epi32(q1))));
+            asm("" : "+x"(c[i]));  // keep the sum in order: see W_OCTETS16
           }
         }
         for (int i = 0; i < R; ++i) a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(c[i], ones));
