@@ -3,7 +3,8 @@
 Each level, the ``width`` best not-yet-expanded nodes of the newest level (by cumulative
 draft log-probability = the product of draft probabilities along the path, EAGLE-2's
 confidence estimate of acceptance) are run through the draft model; each contributes its
-``topk`` most likely children. Expansion stops at ``max_depth`` or when the best path's
+``topk`` most likely children. Near the size budget fewer nodes can have kept children
+(``common.tree_budget.level_width``), and only those are expanded. Expansion stops at ``max_depth`` or when the best path's
 probability drops below ``min_path_prob`` (pruning passes that would almost surely be
 rejected). Finally the ``size`` best nodes overall are kept (``tree.select_best``).
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.tree import ROOT, TokenTree, select_best
+from common.tree_budget import level_width
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,14 @@ class TreeBuilder:
         return max(self.shape.size - self.chained, 0)
 
     def next_frontier(self) -> list[int]:
-        """Pop the nodes to expand next (best ``width`` of the newest level), or [] to stop
-        after ``max_depth`` drafted levels."""
+        """Pop the nodes to expand next (the best ``level_width`` of the newest level, at most
+        ``width``), or [] to stop after ``max_depth`` drafted levels."""
         level, self._level = self._level, []
         self.levels += 1
         if not level or self.levels >= min(self.shape.max_depth, self.shape.size):
             return []
-        best = sorted(level, key=lambda i: -self.scores[i])[: self.shape.width]
+        ranked = sorted(level, key=lambda i: -self.scores[i])
+        best = ranked[: level_width(self.shape.size, self.depth[ranked[0]], self.shape.width)]
         if math.exp(self.scores[best[0]]) < self.shape.min_path_prob:
             return []
         return sorted(best)

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from common.config import Config
 from common.tree import TokenTree
-from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
+from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget, level_width
 from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
 from services.scheduler.lookup_policy import CostCorrection, LookupStats, SeqLookup
 
@@ -162,7 +162,7 @@ class TreePolicy:
         self.modelled = model
         if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost
             exp = self.table.expected(SIZES.index(best[0]), best[1])
-            self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, best[1], exp))
+            self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
         self.plain_ms += model[3] if best == (0, 0) else 0.0
@@ -192,7 +192,7 @@ class TreePolicy:
         """Predicted ms one sequence's explore tree of (``size``, ``depth``) adds to a plain round of
         ``batch``: its extra verify rows and its draft's levels (corrected curves), catch-up excluded."""
         extra_rows = self.verify_ms(batch, batch + size) - self.verify_ms(batch, batch)
-        return extra_rows + self._draft_ms(1, depth, 0.0)
+        return extra_rows + self._draft_ms(1, size, depth, 0.0)
 
     def _first_explore(self, batch: int) -> tuple[int, int]:
         """The explore tree of a cold batch of ``batch`` sequences: the largest size up to the
@@ -256,7 +256,7 @@ class TreePolicy:
                 exp = self.table.expected(si, depth)
                 if exp is None:
                     continue
-                ms = verify_ms + self._draft_ms(batch, depth, exp)
+                ms = verify_ms + self._draft_ms(batch, size, depth, exp)
                 rate = batch * (fit * exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
                 if rate > best_rate:
                     best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
@@ -286,12 +286,13 @@ class TreePolicy:
         if self.verify is not None:
             self.verify_cost.observe(self.verify.ms(rows), batch, rows, ms)
 
-    def _draft_ms(self, batch: int, depth: int, expected: float) -> float:
+    def _draft_ms(self, batch: int, size: int, depth: int, expected: float) -> float:
         """Predicted draft ms of a round's trees: the curve's (``_draft_curve_ms``) times the
         measured correction at this batch and depth (``draft_cost``)."""
-        return self._draft_curve_ms(batch, depth, expected) * self.draft_cost.factor(batch, depth)
+        return self._draft_curve_ms(batch, size, depth, expected) * self.draft_cost.factor(batch, depth)
 
-    def _draft_curve_ms(self, batch: int, depth: int, expected: float) -> float:
-        """Append the committed tokens, then one pass per further level (start-up curve ms)."""
+    def _draft_curve_ms(self, batch: int, size: int, depth: int, expected: float) -> float:
+        """Append the committed tokens, then one pass per further level over ``level_width``
+        frontier nodes of each sequence's ``size``-node tree (start-up curve ms)."""
         append = self.draft.ms(max(1, round(batch * (expected + 1))))
-        return append + (depth - 1) * self.draft.ms(batch * self.width)
+        return append + sum(self.draft.ms(batch * level_width(size, d, self.width)) for d in range(1, depth))

@@ -1,9 +1,11 @@
 """The tree budget: one place bounding tree size, depth and the KV rows reserved for trees."""
 
+import numpy as np
 import pytest
 
 from common.config import Config
-from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, MIN_KV_HEADROOM, TreeBudget
+from common.tree import TokenTree, depths, select_best
+from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, DRAFT_WIDTH, MIN_KV_HEADROOM, TreeBudget, level_width
 
 
 class TestTreeBudget:
@@ -51,3 +53,33 @@ class TestTreeBudget:
             TreeBudget(4, 3, -1)
         with pytest.raises(ValueError):
             TreeBudget(4, 0)
+
+
+class TestLevelWidth:
+    @pytest.mark.parametrize("size, depth, width", [(1, 1, 1), (2, 1, 1), (2, 2, 1), (4, 1, 2), (4, 3, 1),
+                                                    (8, 1, 4), (8, 2, 3), (16, 12, 2), (16, 15, 1), (64, 5, 4)])
+    def test_values(self, size, depth, width):
+        """At most DRAFT_WIDTH frontier nodes, (size - depth + 1) // 2 near the budget, never fewer than 1."""
+        assert level_width(size, depth) == width
+
+    @pytest.mark.parametrize("seed", range(20))
+    def test_no_kept_tree_needs_more(self, seed):
+        """In random trees of full-width levels cut to ``size`` by select_best (its ties aside), the kept nodes
+        at each depth have kept children under at most level_width(size, depth) parents."""
+        rng = np.random.default_rng(seed)
+        parents, scores, level = [], [], [-1]
+        for _ in range(6):  # 6 levels, DRAFT_WIDTH best nodes expanded, 3 children each
+            nxt = []
+            for parent in sorted(level, key=lambda i: -(scores[i] if i >= 0 else 0.0))[:DRAFT_WIDTH]:
+                for lp in np.log(rng.dirichlet(np.ones(4)))[:3]:
+                    nxt.append(len(parents))
+                    parents.append(parent)
+                    scores.append((scores[parent] if parent >= 0 else 0.0) + float(lp))
+            level = nxt
+        tree = TokenTree.build(list(range(len(parents))), parents, scores)
+        for size in (2, 3, 4, 6, 8, 12):
+            kept = select_best(tree, size)
+            d = depths(kept.parents)
+            for depth in range(1, int(d.max()) + 1):
+                expanded = {int(p) for p, dc in zip(kept.parents, d) if dc == depth + 1}
+                assert len(expanded) <= level_width(size, depth)

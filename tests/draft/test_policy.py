@@ -35,6 +35,19 @@ class TestTreeBuilder:
         assert b.depth[3:] == [2, 2, 2]
         assert b.next_frontier() == [3, 5]  # 0.30 and 0.27 beat 0.20
 
+    def test_expands_only_nodes_whose_children_the_size_can_keep(self):
+        """Near the size budget only ``level_width`` nodes are expanded: a 2-node tree expands its best first-level
+        node alone (a chain), a 4-node tree 2 first-level nodes, then 1."""
+        b = TreeBuilder(TreeShape(size=2, max_depth=2))
+        b.add_children(ROOT, np.array([10, 11, 12, 13]), _lp(0.1, 0.5, 0.3, 0.1))
+        assert b.next_frontier() == [1]
+        b = TreeBuilder(TreeShape(size=4, max_depth=4))
+        b.add_children(ROOT, np.array([10, 11, 12, 13]), _lp(0.1, 0.5, 0.3, 0.1))
+        assert b.next_frontier() == [1, 2]
+        b.add_children(1, np.array([20, 21]), _lp(0.6, 0.4))
+        b.add_children(2, np.array([22]), _lp(0.9))
+        assert b.next_frontier() == [4]  # depth 2 of a 4-node tree: 1 node; 0.5 x 0.6 = 0.30 beats 0.27 and 0.20
+
     def test_stops_at_max_depth_and_size(self):
         """No frontier once the newest level reaches max_depth (or the size budget)."""
         b = TreeBuilder(TreeShape(size=10, max_depth=1))

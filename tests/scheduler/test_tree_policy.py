@@ -266,7 +266,7 @@ class TestCalibration:
             p.choose(1, backlog=backlog)
             explores += [p.rounds] if p.last_reason == "explore" else []
         assert p.best == (0, 0) and len(explores) >= 3
-        cost = backlog * 10.0 + 10.0 + 40.0 + 4 * 10.0  # catch-up, append + 1 level of 4 nodes, 4 rows
+        cost = backlog * 10.0 + 10.0 + 20.0 + 4 * 10.0  # catch-up, append + 1 level of 2 nodes (level_width), 4 rows
         for k, gap in enumerate(np.diff(explores)[:2]):
             share = PLAIN_EXPLORE_SHARE / 2 ** (k + 1)  # k + 1 explores have left plain best
             expected = cost / share / 10.0  # rounds of 10 ms
@@ -441,7 +441,8 @@ class TestColdStart:
     @pytest.mark.parametrize("verify, draft, shape", [
         (((1, 10.0), (256, 20.0)), ((1, 0.1), (256, 0.2)), (AUTO_DEFAULT_SIZE, 12)),  # flat: the default
         (((1, 100.0), (256, 25600.0)), ((1, 0.1), (256, 0.2)), (6, 6)),  # 100 ms a row: 8 rows + levels > 1 plain round
-        (((1, 100.0), (256, 25600.0)), ((1, 50.0), (256, 12800.0)), (2, 2)),  # + 200 ms a level: 4 nodes cost 1050 ms
+        # + 50 ms a draft row: 4 nodes cost 400 + 50 + levels of 2, 1, 1 rows (level_width) = 650 ms, 6 nodes 1100
+        (((1, 100.0), (256, 25600.0)), ((1, 50.0), (256, 12800.0)), (4, 4)),
         (((1, 100.0), (256, 25600.0)), ((1, 1000.0), (256, 256000.0)), (SIZES[0], 1)),  # nothing fits: 1 node
     ])
     def test_a_cold_batch_explores_a_tree_it_can_afford(self, verify, draft, shape):
