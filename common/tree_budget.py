@@ -33,13 +33,14 @@ MIN_KV_HEADROOM = 256  # KV rows past max_model_len every worker keeps at least
 
 def level_width(size: int, depth: int, width: int = DRAFT_WIDTH) -> int:
     """Frontier nodes worth expanding at tree depth ``depth`` (>= 1) of a ``size``-node tree: at
-    most ``width``, and at most (size - depth + 1) // 2 (at least 1). A kept child of each of w
-    expanded nodes needs those w children, their w parents and at least depth - 1 ancestors in the
-    ``size`` kept nodes: 2w + depth - 1 <= size. Expanding more only adds draft rows whose
-    children ``select_best`` drops (as long as the best-scored nodes are the ones expanded, the
-    EAGLE-2 frontier rule, arXiv 2406.16858 section 4). A level pass costs the draft the same for
-    1 and 4 rows only where it is memory bound: on a 2-core AVX2 host a w4a8 0.5B draft's pass took
-    8.8 ms for 1 row and 15.5 ms for 4, so a 2-node chain's second level was half its draft cost."""
+    most ``width``, and at most (size - depth + 1) // 2 (at least 1).
+
+    Kept children under w different depth-``depth`` parents need those w children, the w parents
+    and at least depth - 1 ancestors among the ``size`` nodes ``select_best`` keeps:
+    2w + depth - 1 <= size. Which w nodes: the best-scored (the EAGLE-2 frontier rule, arXiv
+    2406.16858 section 4); like any frontier cut it may miss a child that a lower-ranked node would
+    have had kept. The rows saved matter where a level pass's cost grows with its rows: on a 2-core
+    AVX2 host a w4a8 0.5B draft's pass took 8.8 ms for 1 row and 15.5 ms for 4."""
     return max(1, min(width, (size - depth + 1) // 2))
 
 

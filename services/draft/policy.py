@@ -3,9 +3,9 @@
 Each level, the ``width`` best not-yet-expanded nodes of the newest level (by cumulative
 draft log-probability = the product of draft probabilities along the path, EAGLE-2's
 confidence estimate of acceptance) are run through the draft model; each contributes its
-``topk`` most likely children. Near the size budget fewer nodes can have kept children
-(``common.tree_budget.level_width``), and only those are expanded. Expansion stops at ``max_depth`` or when the best path's
-probability drops below ``min_path_prob`` (pruning passes that would almost surely be
+``topk`` most likely children; near the size budget only as many as can have kept children
+(``common.tree_budget.level_width``). Expansion stops at ``max_depth`` or when the best
+path's probability drops below ``min_path_prob`` (pruning passes that would almost surely be
 rejected). Finally the ``size`` best nodes overall are kept (``tree.select_best``).
 """
 
