@@ -96,11 +96,13 @@ class TreePolicy:
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
         self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
         self.plain_ms = 0.0  # modelled ms of plain rounds since the last explore
+        self._levels_ms: dict[tuple[int, int, int], float] = {}  # (batch, size, depth) -> level passes' curve ms
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
         self.verify = verify or self.verify
         self.draft = draft or self.draft
+        self._levels_ms.clear()
 
     def observe(self, tree: TokenTree, accepted: list[int]) -> None:
         self.table.observe(tree, accepted)
@@ -295,4 +297,7 @@ class TreePolicy:
         """Append the committed tokens, then one pass per further level over ``level_width``
         frontier nodes of each sequence's ``size``-node tree (start-up curve ms)."""
         append = self.draft.ms(max(1, round(batch * (expected + 1))))
-        return append + sum(self.draft.ms(batch * level_width(size, d, self.width)) for d in range(1, depth))
+        key = (batch, size, depth)  # memoised: _modelled_best prices every (size, depth) cell each round
+        if key not in self._levels_ms:
+            self._levels_ms[key] = sum(self.draft.ms(batch * level_width(size, d, self.width)) for d in range(1, depth))
+        return append + self._levels_ms[key]

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from common.config import Config
-from common.tree import TokenTree, depths, select_best
-from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, DRAFT_WIDTH, MIN_KV_HEADROOM, TreeBudget, level_width
+from common.tree import ROOT, TokenTree, depths, select_best
+from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, MIN_KV_HEADROOM, TreeBudget, level_width
+from services.draft.policy import TreeBuilder, TreeShape
 
 
 class TestTreeBudget:
@@ -67,16 +68,13 @@ class TestLevelWidth:
         """In random trees of full-width levels cut to ``size`` by select_best (its ties aside), the kept nodes
         at each depth have kept children under at most level_width(size, depth) parents."""
         rng = np.random.default_rng(seed)
-        parents, scores, level = [], [], [-1]
-        for _ in range(6):  # 6 levels, DRAFT_WIDTH best nodes expanded, 3 children each
-            nxt = []
-            for parent in sorted(level, key=lambda i: -(scores[i] if i >= 0 else 0.0))[:DRAFT_WIDTH]:
-                for lp in np.log(rng.dirichlet(np.ones(4)))[:3]:
-                    nxt.append(len(parents))
-                    parents.append(parent)
-                    scores.append((scores[parent] if parent >= 0 else 0.0) + float(lp))
-            level = nxt
-        tree = TokenTree.build(list(range(len(parents))), parents, scores)
+        b = TreeBuilder(TreeShape(size=10_000, max_depth=6, topk=3))  # DRAFT_WIDTH nodes expanded per level
+        frontier = [ROOT]
+        while frontier:
+            for parent in frontier:
+                b.add_children(parent, np.arange(3), np.log(rng.dirichlet(np.ones(4)))[:3])
+            frontier = b.next_frontier()
+        tree = TokenTree.build(b.tokens, b.parents, b.scores)
         for size in (2, 3, 4, 6, 8, 12):
             kept = select_best(tree, size)
             d = depths(kept.parents)
