@@ -20,7 +20,9 @@ from common.tree import TokenTree, depths
 from services.scheduler.lookup_policy import DECAY, MIN_WEIGHT
 
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # tree sizes the table and the policy consider
-RATE_DECAY = 0.9  # weight of older rounds in a measured rate
+RATE_DECAY = 0.9  # weight of older rounds in a measured cost (Calibration's time factor)
+TOKEN_DECAY = 0.98  # ... and in its token factor (as slow as the acceptance table's DECAY)
+TOKEN_PRIOR_ROUNDS = 8.0  # rounds' worth of modelled tokens that shrink the token factor toward 1
 MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
 BUCKETS = (1, 2, 4, 8)  # batch sizes at which Calibration's buckets start
 
@@ -138,18 +140,30 @@ class AcceptanceTable:
 
 
 class Calibration:
-    """Measured against modelled committed tokens per ms, for speculative and for plain rounds
-    (decayed sums). The cost model predicts from start-up curves and can be wrong (per-level
-    overheads, lookup rows, load, a drifting host); ``factor`` scales its predicted rates so
-    that speculation measured slower than plain decoding loses to it (issue 15: the service
-    must never be slower than plain). One factor per kind and batch bucket (1, 2-3, 4-7, 8+
-    sequences: batching changes both kinds' costs differently); plain rounds come from that
-    choice and from probes (every ``PLAIN_PROBE_EVERY`` rounds, every 4th while the bucket's
-    plain factor is unmeasured); rounds with prompt-lookup grafts are not observed
-    (``TreePolicy.observe_round``)."""
+    """Measured against modelled committed tokens per ms, for speculative and for plain rounds,
+    as two factors with their own memories. The cost model predicts from start-up curves and can
+    be wrong (per-level overheads, lookup rows, load, a drifting host); ``factor`` scales its
+    predicted rates so that speculation measured slower than plain decoding loses to it (issue 15:
+    the service must never be slower than plain).
+
+    * time: modelled over measured ms, decayed by ``RATE_DECAY`` per round (fast: a round's ms is
+      a low-noise reading of the cost model's error);
+    * tokens: committed over modelled tokens, decayed by ``TOKEN_DECAY`` per round of the kind and
+      shrunk toward 1 by ``TOKEN_PRIOR_ROUNDS`` rounds' worth of modelled tokens. One tree's accepted
+      length is noisy (a 6-node tree modelled at 5.2 tokens commits 1 to 7), and the acceptance table
+      already learns acceptance from every tree; read at the time factor's pace, one tree that
+      accepted 1 token made a bf16 main decode plainly for the next 11 rounds (in-process HumanEval,
+      AVX2-only host: 10.98 tok/s where a fixed 6-node tree gave 12.28).
+
+    One factor per kind and batch bucket (1, 2-3, 4-7, 8+ sequences: batching changes both kinds'
+    costs differently); plain rounds come from that choice and from probes (every
+    ``PLAIN_PROBE_EVERY`` rounds, every 4th while the bucket's plain factor is unmeasured); rounds
+    with prompt-lookup grafts are not observed (``TreePolicy.observe_round``)."""
 
     def __init__(self) -> None:
-        self.sums: dict[tuple[int, bool], list[float]] = {}  # (bucket, speculative) -> [tokens, ms, model t, model ms, w]
+        # (bucket, speculative) -> [ms, model ms, w] (RATE_DECAY) and [tokens, model tokens, w] (TOKEN_DECAY)
+        self.sums: dict[tuple[int, bool], list[float]] = {}
+        self.tokens: dict[tuple[int, bool], list[float]] = {}
 
     @staticmethod
     def bucket(batch: int) -> int:
@@ -173,21 +187,26 @@ class Calibration:
             # streams: 0.78x)
             if (b, kind) in self.sums:
                 self.sums[(b, kind)] = [x * RATE_DECAY for x in self.sums[(b, kind)]]
-        t, m, mt, mm, w = self.sums.get((b, speculative), [0.0] * 5)
-        self.sums[(b, speculative)] = [t + tokens, m + ms, mt + model_tokens, mm + model_ms, w + 1]
+        m, mm, w = self.sums.get((b, speculative), [0.0] * 3)
+        self.sums[(b, speculative)] = [m + ms, mm + model_ms, w + 1]
+        t, mt, tw = (x * TOKEN_DECAY for x in self.tokens.get((b, speculative), [0.0] * 3))
+        self.tokens[(b, speculative)] = [t + tokens, mt + model_tokens, tw + 1]
 
     def measured(self, batch: int, speculative: bool) -> bool:
         """Whether this kind has ``MIN_RATE_WEIGHT`` decayed rounds in ``batch``'s bucket."""
-        return self.sums.get((self.bucket(batch), speculative), [0.0] * 5)[4] >= MIN_RATE_WEIGHT
+        return self.sums.get((self.bucket(batch), speculative), [0.0] * 3)[2] >= MIN_RATE_WEIGHT
 
     def factor(self, batch: int, speculative: bool) -> float:
-        """Measured rate / modelled rate in ``batch``'s bucket. Before ``MIN_RATE_WEIGHT`` rounds there,
-        the nearest smaller measured bucket's factor (the model's error carries over to a neighbouring
-        batch size better than no correction: without one, the first rounds at a new, larger batch take
-        the model's word), else 1.0."""
+        """Measured rate / modelled rate in ``batch``'s bucket: (modelled / measured ms) x (committed +
+        prior) / (modelled tokens + prior), the prior ``TOKEN_PRIOR_ROUNDS`` x the mean modelled tokens
+        per round. Before ``MIN_RATE_WEIGHT`` rounds there, the nearest smaller measured bucket's factor
+        (the model's error carries over to a neighbouring batch size better than no correction: without
+        one, the first rounds at a new, larger batch take the model's word), else 1.0."""
         b = self.bucket(batch)
         for bucket in sorted((k for k in BUCKETS if k <= b), reverse=True):
-            t, m, mt, mm, w = self.sums.get((bucket, speculative), [0.0] * 5)
-            if w >= MIN_RATE_WEIGHT and t > 0 and m > 0 and mt > 0:
-                return (t / m) / (mt / mm)
+            m, mm, w = self.sums.get((bucket, speculative), [0.0] * 3)
+            if w >= MIN_RATE_WEIGHT and m > 0:
+                t, mt, tw = self.tokens[(bucket, speculative)]
+                prior = TOKEN_PRIOR_ROUNDS * mt / tw
+                return (mm / m) * (t + prior) / (mt + prior)
         return 1.0

@@ -93,7 +93,7 @@ class TestCalibration:
         c = Calibration()
         for batch in (1, 8):
             for _ in range(5):
-                c.observe(batch, True, tokens=2, ms=100.0, model_tokens=4, model_ms=100.0)
+                c.observe(batch, True, tokens=4, ms=200.0, model_tokens=4, model_ms=100.0)
             for _ in range(20):
                 c.observe(batch, False, tokens=1, ms=50.0, model_tokens=1, model_ms=50.0)
         assert c.factor(1, True) == 1.0 and not c.measured(1, True)
@@ -114,13 +114,34 @@ class TestCalibration:
         and its own readings replace it once measured."""
         c = Calibration()
         for _ in range(3):
-            c.observe(2, True, tokens=2, ms=100.0, model_tokens=4, model_ms=100.0)  # speculation at 0.5x the model
+            c.observe(2, True, tokens=4, ms=200.0, model_tokens=4, model_ms=100.0)  # speculation at 0.5x the model
             c.observe(8, False, tokens=8, ms=100.0, model_tokens=8, model_ms=200.0)  # plain at 2x
         assert c.factor(8, True) == pytest.approx(0.5) and c.factor(4, True) == pytest.approx(0.5)
         assert c.factor(1, True) == 1.0 and c.factor(4, False) == 1.0 and c.factor(8, False) == pytest.approx(2.0)
         for _ in range(3):
             c.observe(8, True, tokens=4, ms=100.0, model_tokens=4, model_ms=100.0)
         assert c.factor(8, True) == pytest.approx(1.0, rel=0.01)
+
+    def test_one_short_tree_moves_the_factor_little_a_lasting_shortfall_moves_it(self):
+        """The token factor is shrunk toward 1 and slow: one tree that commits 1 of 5 modelled tokens
+        costs at most 10% after a run at the model's rate, while 60 rounds at half the modelled tokens
+        bring the factor near 0.5."""
+        c = Calibration()
+        for _ in range(10):
+            c.observe(1, True, tokens=5, ms=100.0, model_tokens=5, model_ms=100.0)
+        c.observe(1, True, tokens=1, ms=100.0, model_tokens=5, model_ms=100.0)
+        assert 0.9 <= c.factor(1, True) < 1.0
+        for _ in range(60):
+            c.observe(1, True, tokens=2.5, ms=100.0, model_tokens=5, model_ms=100.0)
+        assert 0.5 < c.factor(1, True) < 0.65
+
+    def test_the_time_factor_follows_the_measured_ms_within_a_few_rounds(self):
+        """Rounds that take twice the modelled ms halve the factor after MIN_RATE_WEIGHT rounds (their
+        ms are a low-noise reading of the cost model's error); tokens as modelled leave it there."""
+        c = Calibration()
+        for _ in range(3):
+            c.observe(4, True, tokens=12, ms=200.0, model_tokens=12, model_ms=100.0)
+        assert c.factor(4, True) == pytest.approx(0.5)
 
     def test_zero_ms_rounds_are_ignored(self):
         """A round without measured ms (or without a model) does not calibrate."""
