@@ -7,6 +7,7 @@ import pytest
 
 from common.tree import TokenTree
 from services.scheduler.estimates import PRIOR_WEIGHT, SIZES, AcceptanceTable, Calibration, CostCurve
+from services.scheduler.lookup_policy import DECAY
 from tests.scheduler.trees import chain_tree
 
 
@@ -65,6 +66,18 @@ class TestAcceptanceTable:
         for _ in range(10):
             t.observe(chain_tree(12, siblings=0), list(range(12)))
         assert t.expected(SIZES.index(12), 12) > one and t.expected(SIZES.index(12), 12) > 9
+
+    def test_a_cell_decays_only_with_its_own_observations(self):
+        """A cell that only every 8th (explore) tree reaches keeps the weight of its own observations:
+        the 4-node trees in between neither add to nor age it, while the cells they do reach age with them."""
+        t = AcceptanceTable(max_depth=12)
+        for _ in range(10):
+            for _ in range(7):
+                t.observe(chain_tree(4, siblings=0), [0, 1])
+            t.observe(chain_tree(12, siblings=0), list(range(12)))
+        assert t.weight[SIZES.index(12), 12] == pytest.approx(sum(DECAY ** k for k in range(10)))
+        assert t.weight[SIZES.index(4), 4] == pytest.approx(sum(DECAY ** k for k in range(80)))
+        assert t.expected(SIZES.index(12), 12) > 10  # 12 accepted each time, shrunk a little toward 2-3
 
     def test_the_prior_is_the_most_observed_cell_below_with_ties_to_the_same_size_then_the_nearest_depth(self):
         """Each cell's prior (the mean it is shrunk toward) comes from the cell of highest weight at or
