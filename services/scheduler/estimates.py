@@ -2,9 +2,10 @@
 
 * ``CostCurve``: ms of one forward over T tokens, measured by a worker at start.
 * ``AcceptanceTable``: decayed mean accepted length per (tree size, depth), from every verified
-  tree pruned counterfactually (EAGLE-2 re-ranking by draft score; exact for greedy decoding).
+  tree pruned counterfactually (EAGLE-2 re-ranking by draft score; exact for greedy decoding);
+  a cell decays with its own observations only.
 * ``Calibration``: measured against modelled committed tokens per ms, per kind of round
-  (speculative or plain) and batch bucket.
+  (speculative or plain) and batch bucket: a time factor times a slower token factor.
 """
 
 from __future__ import annotations

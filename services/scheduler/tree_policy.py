@@ -35,7 +35,8 @@ about twice the curve at batch 1 on the 2-core host: logits, top-k and the tree 
 The model can still be wrong (acceptance drifting with the text, lookup rows, load), so
 ``Calibration`` (``estimates.py``, with the cost curves and the acceptance table) checks it:
 measured over modelled tokens per ms, for speculative and for plain
-rounds, scales the model's rates; speculation that measured slower than plain decodes plainly.
+rounds (a fast time factor times a slow, shrunk token factor), scales the model's rates;
+speculation that measured slower than plain decodes plainly.
 Rounds that carried prompt-lookup nodes are left out of it (their rows are outside the model).
 
 Prompt-lookup candidates (free draft tokens, only verify rows) are priced per sequence in
