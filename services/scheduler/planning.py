@@ -75,12 +75,13 @@ class Planner:
 
     def choose(self, seqs: list[Sequence], waiting: bool) -> tuple[int, int]:
         """The round's (size, depth) for ``seqs`` (``waiting``: a request waits for a slot), rated by
-        the critical path's draft fit; logs a change of shape or an explore."""
+        the critical path's draft fit; logs a change of shape (an explore is logged by ``draft_shapes``,
+        once a sequence drafts it: a cold batch of plain-only requests logged one every round)."""
         fit = critical_fit(self.remaining(seqs), [s.fit.ratio() for s in seqs], self.refilled(waiting))
         size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs), fit=fit)
-        if (size, depth) != self.shape or self.policy.explore_shape is not None:
+        if (size, depth) != self.shape:
             self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
-                          reason=self.policy.last_reason, explore=self.policy.explore_shape)
+                          reason=self.policy.last_reason, explore=None)
             self.shape = (size, depth)
         return size, depth
 
@@ -95,6 +96,8 @@ class Planner:
         if explore is not None and wanted:
             rnd.explorer = min(wanted, key=lambda s: s.draft_backlog()).request_id
             shapes[rnd.explorer] = explore
+            self.log.info("tree shape", tree_size=shape[0], max_depth=shape[1], batch=len(seqs),
+                          reason=self.policy.last_reason, explore=explore)
         return shapes
 
     def remaining(self, seqs: list[Sequence]) -> list[float]:

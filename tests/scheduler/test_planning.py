@@ -64,6 +64,31 @@ class TestDraftShapes:
         assert shapes == {"behind": (4, 2), "level": (8, 4)} and rnd.explorer == "level"
 
 
+class RecordingLog:
+    def __init__(self):
+        self.events = []
+
+    def info(self, event, **kw):
+        self.events.append((event, kw))
+
+
+class TestShapeLog:
+    def test_an_explore_is_logged_only_when_a_sequence_drafts_it(self):
+        """A cold batch of requests that do not speculate logs no explore (one line every round, before),
+        while a round whose speculating sequence drafts the explore tree logs it once."""
+        log = RecordingLog()
+        cfg = Config(tree_size=4, max_accept_length=4, max_model_len=160)
+        p = Planner(cfg, log, TreePolicy(cfg))
+        p.policy.explore_shape = (8, 4)
+        plain = seq("plain", 8, 8)
+        plain.params = wire.SamplingParams(max_tokens=32, ignore_eos=True, speculate=False)
+        p.draft_shapes([plain], new_round([plain]), (0, 0))
+        assert log.events == []
+        spec = seq("spec", 8, 8)
+        p.draft_shapes([plain, spec], new_round([plain, spec]), (0, 0))
+        assert [(e, kw["explore"], kw["tree_size"]) for e, kw in log.events] == [("tree shape", (8, 4), 0)]
+
+
 class TestObserveTree:
     def test_only_non_explore_draft_trees_feed_the_draft_fit(self):
         """observe_tree returns (fit, draft tokens accepted) for a draft-model tree, and None for the
