@@ -10,7 +10,7 @@ bf16 kernel with and without its AMX-BF16 path), fastest of ``--reps``. Prints m
 pass and GB/s (weight bytes / time) and writes JSON with the CPU model.
 
 Usage: PYTHONPATH=. .venv/bin/python scripts/bench_packed_stream.py [--reps 5] [--layers 28]
-       [--formats bf16,int8,int4] [--out benchmarks/results/kernels/packed_stream.json]
+       [--formats bf16,int8,int4] [--rows 1,4,8,16,32] [--out benchmarks/results/kernels/packed_stream.json]
 """
 
 from __future__ import annotations
@@ -81,12 +81,14 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--formats", default="bf16,int8,int4", help="comma-separated subset of bf16,int8,int4")
     parser.add_argument("--out", default="")
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts, e.g. 1,2,3,4,5,6,7,8")
     args = parser.parse_args()
+    rows_list = tuple(int(r) for r in args.rows.split(","))
     lib = library()
     if lib is None:
         raise SystemExit("the packed kernel did not build on this host (is g++ installed?)")
     result = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "variant": lib.variant,
-              "w4a8_variant": lib.w4a8_variant, "rows": ROWS, "ms": {}}
+              "w4a8_variant": lib.w4a8_variant, "rows": rows_list, "ms": {}}
     w4a8 = ("w4a8",) if lib.w4a8_fast else ()
     formats = args.formats.split(",")
     for fmt, kernels, gb in (("bf16", ("onednn", "packed"), 2.62), ("int8", ("native", "packed"), 1.31),
@@ -103,7 +105,7 @@ def main() -> None:
             for name, amx_rows in amx.items():  # a kernel with its measured AMX start, and without AMX
                 if amx_rows is not None:
                     setattr(lib, attr, amx_rows)
-                ms = [_time(layers, kernel, rows, args.reps) for rows in ROWS]
+                ms = [_time(layers, kernel, rows, args.reps) for rows in rows_list]
                 result["ms"][f"{fmt}/{name}"] = [round(v, 1) for v in ms]
                 gbs = [round(gb * args.layers / 28 / (v / 1e3), 1) for v in ms]
                 print(f"{fmt:5s} {name:9s} ms {result['ms'][f'{fmt}/{name}']}  GB/s {gbs}  "

@@ -133,11 +133,14 @@ def main_model(cfg: Config) -> tuple[DecoderModel, object]:
 
 
 MAIN_EXACT_MAX_ROWS = 32  # main passes whose longest segment has at most this many rows: ExactAttention
-# the row counts attention_probe times (decode, a tree, the limit). Not 64: the C++ kernel won 64-row passes
-# only by 1-6% (up to 512-1,024 columns, AMD EPYC Zen 5 host), and letting it take them did not measurably
-# change auto's speed at batch 1 (HumanEval: +6.5% on 10 prompts, -5% on 20, while two arms with the same
-# routing differed by 5%), for 8 s more of probing at start
-MAIN_PROBE_ROWS = (1, 16, MAIN_EXACT_MAX_ROWS)
+# the row counts attention_probe times (decode, small and big trees, the limit). 4 and 8: a 16-row result
+# decided every pass of 2-16 rows, and on the AVX2-only AMD EPYC Zen 2 host SDPA won 16 rows by 2% (383 vs
+# 390 ms), which sent 4-8-row verify passes off the native layer loop, where they were 12-20 ms faster
+# (4 rows after 512 columns: 145 vs 164 ms; 8: 222 vs 234; 9 s more of probing at start, once per host).
+# Not 64: the C++ kernel won 64-row passes only by 1-6% (up to 512-1,024 columns, AMD EPYC Zen 5 host), and
+# letting it take them did not measurably change auto's speed at batch 1 (HumanEval: +6.5% on 10 prompts,
+# -5% on 20, while two arms with the same routing differed by 5%), for 8 s more of probing at start
+MAIN_PROBE_ROWS = (1, 4, 8, 16, MAIN_EXACT_MAX_ROWS)
 
 
 def _verify_pass_attention(model: DecoderModel) -> None:
@@ -155,7 +158,7 @@ def _verify_pass_attention(model: DecoderModel) -> None:
     its pass. bf16 and fp32 activations only (the kernel's dtypes: fp16 keeps SDPA); a tensor-parallel
     main builds its shards without this (``services/verifier/tensor_parallel.py``); no library (no g++)
     or not on the CPU: SDPA everywhere. The worker then measures at start up to how many KV columns the
-    kernel wins at 1, 16 and 32 rows (``with_kernels``: ``attention_probe``); on that host SDPA won at 32
+    kernel wins at 1, 4, 8, 16 and 32 rows (``with_kernels``: ``attention_probe``); on that host SDPA won at 32
     rows from 2,048 columns on (257.4 ms against the kernel's 285.1). Passes of several sequences keep
     these built limits too (``exact_batch_limits``): the probe times one sequence, and SDPA pads a batch."""
     _exact_attention(model, ((MAIN_EXACT_MAX_ROWS, None),))
