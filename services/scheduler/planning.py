@@ -58,6 +58,7 @@ class Planner:
     def __init__(self, cfg: Config, log, policy: TreePolicy) -> None:
         self.cfg, self.log, self.policy = cfg, log, policy
         self.shape = policy.budget.default_shape()  # (size, depth) of the latest round, tokens
+        self.shape_changed = False  # choose() changed the shape; draft_shapes() logs it once
         self.lengths = OutputLengths()  # finished requests' output lengths: the rounds a catch-up is spread over
         self.refills = Refills()  # whether freed slots are taken at once (makespan.py)
 
@@ -75,20 +76,20 @@ class Planner:
 
     def choose(self, seqs: list[Sequence], waiting: bool) -> tuple[int, int]:
         """The round's (size, depth) for ``seqs`` (``waiting``: a request waits for a slot), rated by
-        the critical path's draft fit; logs a change of shape (an explore is logged by ``draft_shapes``,
-        once a sequence drafts it: a cold batch of plain-only requests logged one every round)."""
+        the critical path's draft fit. A change of shape is logged by ``draft_shapes``, which follows in
+        the same round, so a round that changes shape and explores logs one line."""
         fit = critical_fit(self.remaining(seqs), [s.fit.ratio() for s in seqs], self.refilled(waiting))
         size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs), fit=fit)
-        if (size, depth) != self.shape:
-            self.log.info("tree shape", tree_size=size, max_depth=depth, batch=len(seqs),
-                          reason=self.policy.last_reason, explore=None)
-            self.shape = (size, depth)
+        self.shape_changed |= (size, depth) != self.shape
+        self.shape = (size, depth)
         return size, depth
 
     def draft_shapes(self, seqs: list[Sequence], rnd: Round, shape: tuple[int, int]) -> dict[str, tuple[int, int]]:
         """(size, depth) per sequence that drafts this round: ``shape`` for every speculating one
         (not guessed, past its prefill); on an explore round the sequence whose draft is least
-        behind drafts the policy's ``explore_shape`` instead (cheapest catch-up); sets ``rnd.explorer``."""
+        behind drafts the policy's ``explore_shape`` instead (cheapest catch-up); sets ``rnd.explorer``.
+        Logs one "tree shape" line when the shape changed or a sequence drafts an explore (a cold batch
+        of requests with speculation off logged an explore every round, before)."""
         wanted = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
                   and s.request_id not in rnd.prefill]
         shapes = {s.request_id: shape for s in wanted}
@@ -96,8 +97,11 @@ class Planner:
         if explore is not None and wanted:
             rnd.explorer = min(wanted, key=lambda s: s.draft_backlog()).request_id
             shapes[rnd.explorer] = explore
+        explored = explore if rnd.explorer is not None else None
+        if self.shape_changed or explored is not None:
             self.log.info("tree shape", tree_size=shape[0], max_depth=shape[1], batch=len(seqs),
-                          reason=self.policy.last_reason, explore=explore)
+                          reason=self.policy.last_reason, explore=explored)
+            self.shape_changed = False
         return shapes
 
     def remaining(self, seqs: list[Sequence]) -> list[float]:

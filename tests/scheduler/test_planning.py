@@ -88,6 +88,22 @@ class TestShapeLog:
         p.draft_shapes([plain, spec], new_round([plain, spec]), (0, 0))
         assert [(e, kw["explore"], kw["tree_size"]) for e, kw in log.events] == [("tree shape", (8, 4), 0)]
 
+    def test_a_round_that_changes_shape_and_explores_logs_one_line(self):
+        """choose() changing the shape and draft_shapes() drafting an explore in the same round log one
+        "tree shape" line naming both; the next round at the same shape, without an explore, logs none."""
+        log = RecordingLog()
+        cfg = Config(tree_size=4, max_accept_length=4, max_model_len=160)
+        p = Planner(cfg, log, TreePolicy(cfg))
+        spec = seq("spec", 8, 8)
+        p.shape = (-1, -1)  # whatever choose() picks is a change
+        shape = p.choose([spec], waiting=False)
+        p.policy.explore_shape = (8, 4)
+        p.draft_shapes([spec], new_round([spec]), shape)
+        assert [(kw["tree_size"], kw["max_depth"], kw["explore"]) for _, kw in log.events] == [(*shape, (8, 4))]
+        p.policy.explore_shape = None
+        p.draft_shapes([spec], new_round([spec]), p.choose([spec], waiting=False))
+        assert len(log.events) == 1
+
 
 class TestObserveTree:
     def test_only_non_explore_draft_trees_feed_the_draft_fit(self):
