@@ -320,8 +320,10 @@ def library(out_dir: Path | None = None) -> PackedGemmLibrary | None:
     path = build(out_dir or cache_dir() / "native")
     lib = None if path is None else load(path)
     if lib is not None and (lib.w4a8_amx or lib.bf16_amx):
-        from common.modeling.amx import KINDS, measure_amx_rows
+        from common.modeling.amx import KINDS, choose_amx_rows, probe_amx_times
         for kind in KINDS:
-            setattr(lib, f"{kind}_amx_rows", measure_amx_rows(lib, kind))
-            structlog.get_logger("kernels").info(f"{kind} AMX path", from_rows=getattr(lib, f"{kind}_amx_rows") or None)
+            times = probe_amx_times(lib, kind)  # rows -> (AVX-512 ms, AMX ms)
+            setattr(lib, f"{kind}_amx_rows", choose_amx_rows(times))
+            structlog.get_logger("kernels").info(f"{kind} AMX path", from_rows=getattr(lib, f"{kind}_amx_rows") or None,
+                                                 timings_ms={r: [round(t, 2) for t in ts] for r, ts in times.items()})
     return lib

@@ -2,7 +2,8 @@
 
 import pytest
 
-from common.modeling.amx import KINDS, PROBE_ROWS, available, choose_amx_rows, measure_amx_rows
+from common.modeling.amx import (DEFAULT_LLC_BYTES, KINDS, MAX_PROBE_BYTES, PROBE_ROWS, STREAM_CACHES, available,
+                                 choose_amx_rows, last_level_cache_bytes, measure_amx_rows, probe_copies)
 from common.modeling.native import library
 
 
@@ -21,6 +22,30 @@ class TestChoose:
         """0 (never) when AMX is not 5% faster at the largest probed count; a near-tie is not a win."""
         assert choose_amx_rows({8: (20.0, 15.0), 16: (40.0, 39.0)}) == 0
         assert choose_amx_rows({}) == 0
+
+
+class TestProbeSize:
+    def test_the_largest_cache_sysfs_lists_in_bytes(self, tmp_path):
+        """The last-level cache is the largest index*/size, with K/M/G suffixes read as binary units."""
+        for i, size in enumerate(["48K", "2048K", "307200K", "junk"]):
+            (tmp_path / f"index{i}").mkdir()
+            (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+        assert last_level_cache_bytes(tmp_path) == 307200 * 1024
+        (tmp_path / "index4").mkdir()
+        (tmp_path / "index4" / "size").write_text("1G")
+        assert last_level_cache_bytes(tmp_path) == 1 << 30
+
+    def test_no_sysfs_cache_gives_the_default(self, tmp_path):
+        """Where sysfs lists no cache (a container without /sys) the default size is assumed."""
+        assert last_level_cache_bytes(tmp_path / "missing") == DEFAULT_LLC_BYTES
+
+    def test_copies_span_the_caches_within_the_cap(self):
+        """The probe's weights are copied until they span STREAM_CACHES caches, at least once, never past the cap."""
+        pair = 34_000_000
+        n = probe_copies(pair, 300 << 20)
+        assert n * pair >= STREAM_CACHES * (300 << 20) > (n - 1) * pair
+        assert probe_copies(pair, 1 << 20) == 1
+        assert probe_copies(pair, 64 << 30) * pair <= MAX_PROBE_BYTES
 
 
 class TestMeasure:
