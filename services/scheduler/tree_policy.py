@@ -95,6 +95,7 @@ class TreePolicy:
         self.explore_shape: tuple[int, int] | None = None  # this round's explore tree, for one sequence
         self.calibration = Calibration()
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
+        self.modelled_shape: tuple[int, int] = (0, 0)  # ... and its (size, depth)
         self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
         self.plain_ms = 0.0  # modelled ms of plain rounds since the last explore
         self._levels_ms: dict[tuple[int, int, int], float] = {}  # (batch, size, depth) -> level passes' curve ms
@@ -145,7 +146,7 @@ class TreePolicy:
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
         if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
             self.last_reason = "measure plain"
-            self.modelled = (batch, False, batch, self.verify_ms(batch, batch))
+            self.modelled, self.modelled_shape = (batch, False, batch, self.verify_ms(batch, batch)), (0, 0)
             self.plain_ms += self.modelled[3]
             return 0, 0
         # the best for this batch, also on an explore round: a best left from an earlier batch (or the
@@ -162,7 +163,11 @@ class TreePolicy:
             self.explore_shape = self._explore_tree()
             self.last_reason = "explore"
             return best
-        self.modelled = model
+        # a tree round that first prefills a backlog does not calibrate: its ms is mostly that catch-up,
+        # paid once while trees go on (an 8-stream wave's first tree round took 2.0 s where a plain round
+        # took 0.19 s, and the factor it left kept 1-node trees measured at 1.41x plain from that batch)
+        self.modelled = None if best != (0, 0) and backlog > 0 else model
+        self.modelled_shape = best
         if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost
             exp = self.table.expected(SIZES.index(best[0]), best[1])
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
@@ -236,8 +241,21 @@ class TreePolicy:
             batch, depth, curve_ms = self.draft_modelled
             self.draft_cost.observe(curve_ms, batch, depth, draft_ms)
         if self.modelled is not None and self.modelled[1] == speculative and not grafted:
-            batch, _, model_tokens, model_ms = self.modelled
-            self.calibration.observe(batch, speculative, tokens, ms, model_tokens, model_ms)
+            batch, _, model_tokens, _ = self.modelled
+            self.calibration.observe(batch, speculative, tokens, ms, model_tokens,
+                                     self._priced_ms(batch, *self.modelled_shape))
+
+    def _priced_ms(self, batch: int, size: int, depth: int) -> float:
+        """ms of a round of (``size``, ``depth``) trees ((0, 0): plain) at ``batch`` as the corrected
+        curves price it now. Calibration compares a round with this price, taken after the round's own
+        costs corrected the curves: the corrections learn the cost per rows and per depth, so one shape
+        that cost more than its curve (4-node trees at 8 streams: 40 rows, 2x a plain pass on an AMX
+        host) does not leave a factor that also prices a shape the curves already got right (1-node
+        trees there: 16 rows, about a plain pass)."""
+        if size == 0:
+            return self.verify_ms(batch, batch)
+        exp = self.table.expected(SIZES.index(size), depth) or 0.0
+        return self.verify_ms(batch, batch * (size + 1)) + self._draft_ms(batch, size, depth, exp)
 
     def _modelled_best(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0,
                        ) -> tuple[tuple[int, int], float, tuple[int, bool, float, float]]:

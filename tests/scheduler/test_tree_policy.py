@@ -202,6 +202,31 @@ class TestCalibration:
         assert (1, True) not in p.calibration.sums and p.calibration.factor(1, True) == 1.0
         assert p.draft_cost.factor(1, 2) == pytest.approx(2.0)
 
+    def test_a_tree_round_that_first_catches_up_does_not_calibrate(self):
+        """A tree round whose drafts first prefill a backlog leaves the calibration alone (its ms is mostly
+        that one-off catch-up), while a plain choice with the same backlog still calibrates."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        assert p.choose(8, backlog=800, remaining=128) != (0, 0) and p.modelled is None
+        for _ in range(4):
+            p.observe_round(True, tokens=8, ms=2000.0)
+        assert (8, True) not in p.calibration.sums
+        p.rounds = 1
+        plain = policy(((1, 100.0), (8, 100.0), (9, 5000.0), (256, 5000.0)), ((1, 0.1), (256, 0.1)))
+        assert plain.choose(8, backlog=800, remaining=128) == (0, 0) and plain.modelled is not None
+
+    def test_calibration_compares_with_the_cost_corrected_price(self):
+        """A tree whose verify rows cost twice the curve leaves the speculative calibration near 1 once the
+        verify correction has learned those rows (a cost error the corrections carry is not charged to every
+        shape at that batch again)."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
+        size, depth = p.choose(8)
+        assert size > 0 and p.modelled[1]
+        tokens = round(p.modelled[2])
+        for _ in range(6):
+            p.observe_verify(8, 8 * (size + 1), 200.0)
+            p.observe_round(True, tokens=tokens, ms=200.0)
+        assert p.calibration.factor(8, True) == pytest.approx(1.0, rel=0.1)
+
     def test_plain_probe_round(self):
         """Every 4th round decodes plainly while the bucket's plain factor is unmeasured, then one round in PLAIN_PROBE_EVERY."""
         p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
