@@ -34,10 +34,12 @@ verifier's by rows, the draft's by depth, from rounds without a catch-up (the le
 about twice the curve at batch 1 on the 2-core host: logits, top-k and the tree mask per level).
 The model can still be wrong (acceptance drifting with the text, lookup rows, load), so
 ``Calibration`` (``estimates.py``, with the cost curves and the acceptance table) checks it:
-measured over modelled tokens per ms, for speculative and for plain
+measured over modelled tokens per ms (the ms as the curves price the round's shape once its own
+costs corrected them: ``_priced_ms``), for speculative and for plain
 rounds (a fast time factor times a slow, shrunk token factor), scales the model's rates;
 speculation that measured slower than plain decodes plainly.
-Rounds that carried prompt-lookup nodes are left out of it (their rows are outside the model).
+Rounds that carried prompt-lookup nodes are left out of it (their rows are outside the model),
+and so are tree rounds whose drafts first caught up on a backlog (a one-off prefill).
 
 Prompt-lookup candidates (free draft tokens, only verify rows) are priced per sequence in
 ``lookup_policy.py`` (``lookup_nodes`` here); ``makespan.py`` discounts tokens gained off the
