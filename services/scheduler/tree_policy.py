@@ -165,9 +165,7 @@ class TreePolicy:
             self.explore_shape = self._explore_tree()
             self.last_reason = "explore"
             return best
-        # a tree round that first prefills a backlog does not calibrate: its ms is mostly that catch-up,
-        # paid once while trees go on (an 8-stream wave's first tree round took 2.0 s where a plain round
-        # took 0.19 s, and the factor it left kept 1-node trees measured at 1.41x plain from that batch)
+        # a tree round that first prefills a backlog does not calibrate: its ms is mostly that one-off catch-up
         self.modelled = None if best != (0, 0) and backlog > 0 else model
         self.modelled_shape = best
         if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost

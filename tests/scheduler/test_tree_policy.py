@@ -210,7 +210,6 @@ class TestCalibration:
         for _ in range(4):
             p.observe_round(True, tokens=8, ms=2000.0)
         assert (8, True) not in p.calibration.sums
-        p.rounds = 1
         plain = policy(((1, 100.0), (8, 100.0), (9, 5000.0), (256, 5000.0)), ((1, 0.1), (256, 0.1)))
         assert plain.choose(8, backlog=800, remaining=128) == (0, 0) and plain.modelled is not None
 
@@ -219,7 +218,7 @@ class TestCalibration:
         verify correction has learned those rows (a cost error the corrections carry is not charged to every
         shape at that batch again)."""
         p = policy(((1, 100.0), (256, 100.0)), ((1, 0.1), (256, 0.1)))
-        size, depth = p.choose(8)
+        size, _ = p.choose(8)
         assert size > 0 and p.modelled[1]
         tokens = round(p.modelled[2])
         for _ in range(6):
