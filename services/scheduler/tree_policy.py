@@ -148,7 +148,7 @@ class TreePolicy:
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
         if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
             self.last_reason = "measure plain"
-            self.modelled, self.modelled_shape = (batch, False, batch, self.verify_ms(batch, batch)), (0, 0)
+            self.modelled, self.modelled_shape = (batch, False, batch, self._priced_ms(batch, 0, 0)), (0, 0)
             self.plain_ms += self.modelled[3]
             return 0, 0
         # the best for this batch, also on an explore round: a best left from an earlier batch (or the
@@ -245,16 +245,19 @@ class TreePolicy:
             self.calibration.observe(batch, speculative, tokens, ms, model_tokens,
                                      self._priced_ms(batch, *self.modelled_shape))
 
-    def _priced_ms(self, batch: int, size: int, depth: int) -> float:
+    def _priced_ms(self, batch: int, size: int, depth: int, exp: float | None = None) -> float:
         """ms of a round of (``size``, ``depth``) trees ((0, 0): plain) at ``batch`` as the corrected
-        curves price it now. Calibration compares a round with this price, taken after the round's own
-        costs corrected the curves: the corrections learn the cost per rows and per depth, so one shape
+        curves price it now (``exp``: expected accepted draft tokens, default the acceptance table's);
+        ``_modelled_best`` prices every shape with it. Calibration compares a round with this price,
+        taken after the round's own costs corrected the curves: the corrections learn the cost per rows
+        and per depth, so one shape
         that cost more than its curve (4-node trees at 8 streams: 40 rows, 2x a plain pass on an AMX
         host) does not leave a factor that also prices a shape the curves already got right (1-node
         trees there: 16 rows, about a plain pass)."""
         if size == 0:
             return self.verify_ms(batch, batch)
-        exp = self.table.expected(SIZES.index(size), depth) or 0.0
+        if exp is None:
+            exp = self.table.expected(SIZES.index(size), depth) or 0.0
         return self.verify_ms(batch, batch * (size + 1)) + self._draft_ms(batch, size, depth, exp)
 
     def _modelled_best(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0,
@@ -266,18 +269,17 @@ class TreePolicy:
         round carries all of it (that round pays it). The rate counts ``fit`` x the expected draft
         tokens (the critical path's share, ``makespan.py``); the prediction counts them all."""
         catch_up = self.draft.ms(backlog) if backlog > 0 else 0.0
-        plain_ms = self.verify_ms(batch, batch)
+        plain_ms = self._priced_ms(batch, 0, 0)
         best, model = (0, 0), (batch, False, float(batch), plain_ms)
         plain_rate = batch / plain_ms * self.calibration.factor(batch, False)
         best_rate = plain_rate * (1 + SPEC_MARGIN)  # what a tree must beat
         spec_factor = self.calibration.factor(batch, True)
         for si, size in enumerate(SIZES):
-            verify_ms = self.verify_ms(batch, batch * (size + 1))
             for depth in range(1, min(size, self.max_depth) + 1):
                 exp = self.table.expected(si, depth)
                 if exp is None:
                     continue
-                ms = verify_ms + self._draft_ms(batch, size, depth, exp)
+                ms = self._priced_ms(batch, size, depth, exp)
                 rate = batch * (fit * exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
                 if rate > best_rate:
                     best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
