@@ -84,12 +84,14 @@ class AcceptanceTable:
         self.total = np.zeros((len(SIZES), max_depth + 1))
         self.weight = np.zeros((len(SIZES), max_depth + 1))
         self._shrunk: np.ndarray | None = None  # cached estimates, rebuilt after an observation
+        self.trees = 0  # verified trees observed (not decayed)
 
     def observe(self, tree: TokenTree, accepted: list[int]) -> None:
         """Add one verified tree and the node indices the main model accepted."""
         n = len(tree)
         if n == 0:
             return
+        self.trees += 1
         d = depths(tree.parents)
         order = np.lexsort((np.arange(n), d, -tree.scores))  # select_best's ranking
         self._shrunk = None

@@ -76,6 +76,11 @@ SPEC_MARGIN = 0.1
 # rows plus one draft's levels): on an AVX2-only host the default tree (16 nodes, 12 levels) cost
 # 1.2 s for one accepted token at 8 streams, where a plain round took 0.35 s.
 FIRST_EXPLORE_COST = 1.0
+# The cold start lasts until this many trees were verified: one tree is one noisy draw, and the first
+# explore of a cold 8-stream wave (one sequence's 8-node tree) that accepted nothing made every cell
+# of the table 0, so the wave decoded plainly (with lookup grafts) to its end (HTTP, Intel Xeon family 6
+# model 207), while 1-node trees at that batch measured 1.4x plain per round later on
+COLD_START_TREES = 3
 
 
 class TreePolicy:
@@ -124,7 +129,7 @@ class TreePolicy:
         ``fit``: the batch's critical path accepts this times the expected draft tokens
         (``makespan.critical_fit``; 1.0 while freed slots are refilled).
 
-        Before any acceptance is measured one sequence speculates at once (the default tree: a
+        Until ``COLD_START_TREES`` trees are verified one sequence speculates at once (the default tree: a
         smaller first tree on an AVX2-only host measured 1.08x plain in bf16 against 1.14x, as
         bigger cells were measured only by later explores); a batch of several decodes plainly
         while one of its sequences drafts a tree (``explore_shape``, sized by ``_first_explore``),
@@ -134,7 +139,8 @@ class TreePolicy:
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
-        if self.verify is None or self.draft is None or not self.table.measured():
+        cold = self.table.trees < COLD_START_TREES or not self.table.measured()
+        if self.verify is None or self.draft is None or cold:
             # cold start: without acceptance data every tree's expected gain is unknown, and the
             # model would decode plainly until the next explore round; speculate to measure it.
             # In a batch only one sequence drafts (the rest decode plainly): a default tree for

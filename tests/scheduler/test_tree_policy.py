@@ -12,7 +12,7 @@ from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPL
                                              LOOKUP_EXPLORE_MIN_NODES, MIN_LOOKUP_ACCEPT, SeqLookup)
 from services.scheduler.makespan import OFF_PATH_VALUE
 from services.scheduler import tree_policy
-from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
+from services.scheduler.tree_policy import (COLD_START_TREES, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_EXPLORE_SHARE,
                                            PLAIN_PROBE_EVERY, TreePolicy)
 from tests.scheduler.trees import chain_tree
@@ -442,11 +442,15 @@ class TestLookupNodes:
 
 class TestColdStart:
     def test_speculates_until_acceptance_is_measured(self):
-        """Before any tree was verified the policy asks for the default tree every round (no plain rounds,
-        whatever the cost curves say); once one tree is observed it chooses by the model."""
+        """Until COLD_START_TREES trees were verified the policy asks for the default tree every round (no
+        plain rounds, whatever the cost curves say; one tree that accepted nothing is one draw); then it
+        chooses by the model."""
         p = TreePolicy(Config(tree_size="auto", max_accept_length=12))
         p.set_costs(CostCurve(((1, 10.0), (256, 2560.0))), CostCurve(((1, 100.0), (256, 25600.0))))
         assert {p.choose(1) for _ in range(40)} == {(AUTO_DEFAULT_SIZE, 12)}
+        for _ in range(COLD_START_TREES - 1):
+            p.observe(chain_tree(4), [])
+            assert {p.choose(1) for _ in range(10)} == {(AUTO_DEFAULT_SIZE, 12)}
         p.observe(chain_tree(4), [0])
         shapes = [p.choose(1) for _ in range(40)]
         assert shapes.count((0, 0)) > 30  # a draft level costs 10 plain steps here: plain wins
