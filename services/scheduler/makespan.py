@@ -35,12 +35,7 @@ from __future__ import annotations
 OFF_PATH_VALUE = 0.0  # worth of a lookup token to a request off the critical path: its slot will idle
 REFILL_ROUNDS = 4  # rounds after a finish within which an admitted request counts as a refill
 FIT_DECAY = 0.9  # weight of older rounds in a sequence's draft fit
-# rounds of the batch's mean acceptance a fit starts from: one round is one draw of a noisy count (a
-# 4-node tree accepts 0 to 4 tokens), and the batch's fit is the lowest of 8 such; with a prior of 2
-# tokens, one (4, 4) round whose batch averaged 2.5 left a sequence that drew 0 at a fit of 0.44, and a
-# cold 8-stream wave decoded plainly for 25 rounds (no tree round, so no new reading) where 1-node trees
-# then measured 1.4x plain per round (in-process HumanEval, Intel Xeon family 6 model 207)
-FIT_PRIOR_ROUNDS = 4.0
+FIT_PRIOR = 2.0  # tokens of batch-mean acceptance a fit starts from (a few rounds outweigh it)
 
 
 class Refills:
@@ -80,25 +75,20 @@ class Refills:
 class DraftFit:
     """How well the draft model predicts one sequence relative to the rest of its batch: decayed
     draft-accepted tokens of its trees over the batch's mean in the same rounds, shrunk toward 1
-    by ``FIT_PRIOR_ROUNDS`` rounds of the batch's mean (1.0 before any round)."""
+    by ``FIT_PRIOR`` tokens (1.0 before any round)."""
 
     def __init__(self) -> None:
-        self.own = self.batch = self.rounds = 0.0
+        self.own = self.batch = 0.0
 
     def observe(self, own: int, batch_mean: float) -> None:
         """A round where this sequence's draft tree had ``own`` tokens accepted and the batch's
         trees (same shape) ``batch_mean`` on average (tokens)."""
         self.own = self.own * FIT_DECAY + own
         self.batch = self.batch * FIT_DECAY + batch_mean
-        self.rounds = self.rounds * FIT_DECAY + 1
 
     def ratio(self) -> float:
-        """(own + prior) / (batch + prior), prior = ``FIT_PRIOR_ROUNDS`` x the batch's mean tokens per
-        round (> 0; 1.0 before any round or while its batches accepted nothing)."""
-        if self.batch <= 0:
-            return 1.0
-        prior = FIT_PRIOR_ROUNDS * self.batch / self.rounds
-        return (self.own + prior) / (self.batch + prior)
+        """Own over batch-mean accepted tokens (> 0)."""
+        return (self.own + FIT_PRIOR) / (self.batch + FIT_PRIOR)
 
 
 def observe_fits(accepted: list[tuple[DraftFit, int]]) -> None:
@@ -135,5 +125,5 @@ def path_values(remaining: list[float], refilled: bool) -> list[float]:
     return [1.0] * len(remaining) if path is None else [1.0 if on else OFF_PATH_VALUE for on in path]
 
 
-__all__ = ["FIT_PRIOR_ROUNDS", "OFF_PATH_VALUE", "REFILL_ROUNDS", "DraftFit", "Refills", "critical_fit", "observe_fits",
-           "on_path", "path_values"]
+__all__ = ["OFF_PATH_VALUE", "REFILL_ROUNDS", "DraftFit", "Refills", "critical_fit", "observe_fits", "on_path",
+           "path_values"]
