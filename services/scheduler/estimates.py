@@ -61,6 +61,11 @@ class CostCurve:
 
 
 PRIOR_WEIGHT = 2.0  # decayed observations' worth of the prior that shrinks a sparse cell's mean
+# The table counts as measured once this many trees were verified: one tree is one noisy draw, and the
+# first explore of a cold 8-stream wave (one sequence's 8-node tree) that accepted nothing made every
+# cell 0, so the wave decoded plainly (with lookup grafts) to its end (HTTP, Intel Xeon family 6 model
+# 207), while 1-node trees at that batch measured 1.4x plain per round later on
+COLD_START_TREES = 3
 
 
 class AcceptanceTable:
@@ -110,8 +115,9 @@ class AcceptanceTable:
                 self.weight[si, depth_cap] = self.weight[si, depth_cap] * DECAY + 1
 
     def measured(self) -> bool:
-        """Whether any (size, depth) has an estimate (``MIN_WEIGHT`` decayed observations)."""
-        return bool((self.weight >= MIN_WEIGHT).any())
+        """Whether ``COLD_START_TREES`` trees were verified (every tree observes the 1-node cell, so by
+        then it has an estimate: ``MIN_WEIGHT`` is below one observation)."""
+        return self.trees >= COLD_START_TREES
 
     def expected(self, size_index: int, depth: int) -> float | None:
         """Shrunk mean accepted draft tokens (bonus excluded) of a (``SIZES[size_index]``,

@@ -52,7 +52,7 @@ from __future__ import annotations
 from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget, level_width
-from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
+from services.scheduler.estimates import COLD_START_TREES, SIZES, AcceptanceTable, Calibration, CostCurve
 from services.scheduler.lookup_policy import CostCorrection, LookupStats, SeqLookup
 
 EXPLORE_EVERY = 8  # rounds
@@ -76,11 +76,6 @@ SPEC_MARGIN = 0.1
 # rows plus one draft's levels): on an AVX2-only host the default tree (16 nodes, 12 levels) cost
 # 1.2 s for one accepted token at 8 streams, where a plain round took 0.35 s.
 FIRST_EXPLORE_COST = 1.0
-# The cold start lasts until this many trees were verified: one tree is one noisy draw, and the first
-# explore of a cold 8-stream wave (one sequence's 8-node tree) that accepted nothing made every cell
-# of the table 0, so the wave decoded plainly (with lookup grafts) to its end (HTTP, Intel Xeon family 6
-# model 207), while 1-node trees at that batch measured 1.4x plain per round later on
-COLD_START_TREES = 3
 
 
 class TreePolicy:
@@ -139,8 +134,7 @@ class TreePolicy:
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
-        cold = self.table.trees < COLD_START_TREES or not self.table.measured()
-        if self.verify is None or self.draft is None or cold:
+        if self.verify is None or self.draft is None or not self.table.measured():
             # cold start: without acceptance data every tree's expected gain is unknown, and the
             # model would decode plainly until the next explore round; speculate to measure it.
             # In a batch only one sequence drafts (the rest decode plainly): a default tree for

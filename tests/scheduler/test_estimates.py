@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from common.tree import TokenTree
-from services.scheduler.estimates import PRIOR_WEIGHT, SIZES, AcceptanceTable, Calibration, CostCurve
+from services.scheduler.estimates import COLD_START_TREES, PRIOR_WEIGHT, SIZES, AcceptanceTable, Calibration, CostCurve
 from services.scheduler.lookup_policy import DECAY
 from tests.scheduler.trees import chain_tree
 
@@ -44,6 +44,19 @@ class TestAcceptanceTable:
         assert t.expected(SIZES.index(48), 12) == pytest.approx(12)
         assert t.expected(SIZES.index(4), 12) == pytest.approx(4)
         assert t.expected(SIZES.index(48), 3) == pytest.approx(3)
+
+    def test_measured_only_after_the_cold_start_trees_even_when_the_first_accepted_nothing(self):
+        """One tree that accepted nothing gives every cell an estimate (0) but does not make the table
+        measured; ``COLD_START_TREES`` verified trees do, and an empty tree does not count."""
+        t = AcceptanceTable(max_depth=4)
+        t.observe(chain_tree(4), [])
+        assert t.expected(SIZES.index(1), 1) == 0.0 and not t.measured()
+        t.observe(TokenTree.empty(), [])
+        for _ in range(COLD_START_TREES - 2):
+            t.observe(chain_tree(4), [0])
+        assert not t.measured()
+        t.observe(chain_tree(4), [0])
+        assert t.measured()
 
     def test_no_estimate_beyond_observed_size(self):
         """Sizes larger than any verified tree have no estimate."""
