@@ -52,7 +52,7 @@ from __future__ import annotations
 from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget, level_width
-from services.scheduler.estimates import COLD_START_TREES, SIZES, AcceptanceTable, Calibration, CostCurve
+from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
 from services.scheduler.lookup_policy import CostCorrection, LookupStats, SeqLookup
 
 EXPLORE_EVERY = 8  # rounds
@@ -124,7 +124,7 @@ class TreePolicy:
         ``fit``: the batch's critical path accepts this times the expected draft tokens
         (``makespan.critical_fit``; 1.0 while freed slots are refilled).
 
-        Until ``COLD_START_TREES`` trees are verified one sequence speculates at once (the default tree: a
+        Until ``estimates.COLD_START_TREES`` trees are verified one sequence speculates at once (the default tree: a
         smaller first tree on an AVX2-only host measured 1.08x plain in bf16 against 1.14x, as
         bigger cells were measured only by later explores); a batch of several decodes plainly
         while one of its sequences drafts a tree (``explore_shape``, sized by ``_first_explore``),

@@ -12,7 +12,8 @@ from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPL
                                              LOOKUP_EXPLORE_MIN_NODES, MIN_LOOKUP_ACCEPT, SeqLookup)
 from services.scheduler.makespan import OFF_PATH_VALUE
 from services.scheduler import tree_policy
-from services.scheduler.tree_policy import (COLD_START_TREES, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
+from services.scheduler.estimates import COLD_START_TREES
+from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_EXPLORE_SHARE,
                                            PLAIN_PROBE_EVERY, TreePolicy)
 from tests.scheduler.trees import chain_tree
