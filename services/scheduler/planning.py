@@ -45,6 +45,9 @@ class Round:
     # prefill alone (empty tree), so the draft's prefill and tree stay off the time to first token;
     # the draft catches up (prefills) in the next round.
     prefill: set[str] = field(default_factory=set)
+    # Running sequences that decode plainly this round because others prefill and their draft would
+    # first have to catch up (``Planner.draft_shapes``); not counted as degraded steps.
+    deferred: set[str] = field(default_factory=set)
     drafted: set[str] = field(default_factory=set)  # sequences with a draft-model tree (fresh or guessed)
     grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
     lookup_offered: set[str] = field(default_factory=set)  # sequences prompt lookup could graft onto this round
@@ -89,9 +92,17 @@ class Planner:
         (not guessed, past its prefill); on an explore round the sequence whose draft is least
         behind drafts the policy's ``explore_shape`` instead (cheapest catch-up); sets ``rnd.explorer``.
         Logs one "tree shape" line when the shape changed or a sequence drafts an explore (a cold batch
-        of requests with speculation off logged an explore every round, before)."""
-        wanted = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
-                  and s.request_id not in rnd.prefill]
+        of requests with speculation off logged an explore every round, before).
+
+        In a round that also prefills new prompts, a sequence whose draft lags more than a round's tokens
+        does not draft (``rnd.deferred``): its draft's catch-up would run before the verifier's pass and
+        delay every new prompt's first token (HTTP, 8 streams: a wave's first request, prefilled alone,
+        made the other 7 wait 174 ms for its draft's prefill). It catches up in the next round, with theirs."""
+        candidates = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
+                      and s.request_id not in rnd.prefill]
+        if rnd.prefill:
+            rnd.deferred = {s.request_id for s in candidates if s.draft_backlog() > self.policy.max_depth + 1}
+        wanted = [s for s in candidates if s.request_id not in rnd.deferred]
         shapes = {s.request_id: shape for s in wanted}
         explore = self.policy.explore_shape
         if explore is not None and wanted:

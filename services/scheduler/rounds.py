@@ -260,7 +260,7 @@ class RoundDriver:
                 continue
             tree = rnd.trees.get(sid, EMPTY_TREE)
             degraded = (self.speculative and self.planner.shape[0] > 0 and seq.params.speculate and sid not in rnd.drafted
-                        and sid not in rnd.prefill)
+                        and sid not in rnd.prefill and sid not in rnd.deferred)
             self.plain_steps += int(degraded)
             fit = self.planner.observe_tree(rnd, seq, wire.tree_from_wire(tree))
             by_draft += [fit] if fit is not None else []

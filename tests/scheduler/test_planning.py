@@ -55,13 +55,28 @@ class TestDraftShapes:
         explore shape and is the round's explorer; guessed and prefilling sequences do not draft."""
         p = planner()
         p.policy.explore_shape = (8, 4)
-        behind, level = seq("behind", 8, 2), seq("level", 8, 7)
+        behind, level = seq("behind", 8, 4), seq("level", 8, 7)
         guessed, prefill = seq("guessed", 8, 8), seq("prefill", 0, 0, output=0)
         rnd = new_round([behind, level, guessed, prefill])
         rnd.trees["guessed"] = wire.tree_to_wire(TokenTree.empty())
         rnd.prefill.add("prefill")
         shapes = p.draft_shapes([behind, level, guessed, prefill], rnd, (4, 2))
         assert shapes == {"behind": (4, 2), "level": (8, 4)} and rnd.explorer == "level"
+
+
+    def test_in_a_prefill_round_a_lagging_draft_waits_for_the_next_round(self):
+        """While new prompts prefill, a running sequence whose draft lags more than one round's tokens
+        (max depth + 1) decodes plainly (deferred) so its catch-up does not delay their first token;
+        one that lags less drafts, and without a prefill in the round the lagging one drafts too."""
+        p = planner()  # max depth 4: one round's worth is 5 tokens
+        lagging, close, new = seq("lagging", 8, 2), seq("close", 8, 3), seq("new", 0, 0, output=0)
+        rnd = new_round([lagging, close, new])
+        rnd.prefill.add("new")
+        assert p.draft_shapes([lagging, close, new], rnd, (4, 2)) == {"close": (4, 2)}
+        assert rnd.deferred == {"lagging"}
+        rnd = new_round([lagging, close])
+        assert p.draft_shapes([lagging, close], rnd, (4, 2)) == {"lagging": (4, 2), "close": (4, 2)}
+        assert rnd.deferred == set()
 
 
 class RecordingLog:
