@@ -98,11 +98,11 @@ class Planner:
         does not draft (``rnd.deferred``): its draft's catch-up would run before the verifier's pass and
         delay every new prompt's first token (HTTP, 8 streams: a wave's first request, prefilled alone,
         made the other 7 wait 174 ms for its draft's prefill). It catches up in the next round, with theirs."""
-        candidates = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
-                      and s.request_id not in rnd.prefill]
+        speculating = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
+                       and s.request_id not in rnd.prefill]
         if rnd.prefill:
-            rnd.deferred = {s.request_id for s in candidates if s.draft_backlog() > self.policy.max_depth + 1}
-        wanted = [s for s in candidates if s.request_id not in rnd.deferred]
+            rnd.deferred = {s.request_id for s in speculating if s.draft_backlog() > self.policy.max_depth + 1}
+        wanted = [s for s in speculating if s.request_id not in rnd.deferred]
         shapes = {s.request_id: shape for s in wanted}
         explore = self.policy.explore_shape
         if explore is not None and wanted:
