@@ -4,8 +4,9 @@ waves' prefill and decode time, the speculative waves' prefill, draft catch-up (
 import gzip, json, statistics as st, sys
 rs = [json.loads(l) for l in (gzip.open if sys.argv[1].endswith('.gz') else open)(sys.argv[1], 'rt') if '"event": "round"' in l]
 waves, cur = [], []
-for r in rs:  # waves: runs of 21+ rounds at 5+ sequences
-    if r['batch'] >= 5: cur.append(r)
+for r in rs:  # waves: runs of 21+ rounds at 5+ sequences; a prefill round (> 1.5 s) starts a new one
+    if r['batch'] >= 5 and r['verify_ms'] > 1500 and len(cur) > 20: waves.append(cur); cur = [r]
+    elif r['batch'] >= 5: cur.append(r)
     elif cur and len(cur) > 20: waves.append(cur); cur = []
     elif cur: cur = []
 if cur: waves.append(cur)
