@@ -101,7 +101,7 @@ class Planner:
         speculating = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
                        and s.request_id not in rnd.prefill]
         if rnd.prefill:
-            rnd.deferred = {s.request_id for s in speculating if s.draft_backlog() > self.policy.max_depth + 1}
+            rnd.deferred = {s.request_id for s in speculating if self._lag(s) > 0}
         wanted = [s for s in speculating if s.request_id not in rnd.deferred]
         shapes = {s.request_id: shape for s in wanted}
         explore = self.policy.explore_shape
@@ -123,6 +123,11 @@ class Planner:
         """A slot that comes free is taken at once: a request waits, or clients refill (makespan.py)."""
         return self.refills.refilling or waiting
 
+    def _lag(self, seq: Sequence) -> int:
+        """Tokens the sequence's draft must prefill beyond what one round appends (max depth + 1):
+        a catch-up its next tree would pay first (0 when none)."""
+        return max(0, seq.draft_backlog() - (self.policy.max_depth + 1))
+
     def _catch_up(self, seqs: list[Sequence]) -> tuple[int, float]:
         """(tokens the drafts lag beyond one round's worth, mean tokens each is expected to still
         generate: ``lengths.remaining``) of the speculating sequences past their first token: what
@@ -130,8 +135,7 @@ class Planner:
         spec = [s for s in seqs if s.params.speculate and s.verifier.held > 0]
         if not spec:
             return 0, float("inf")
-        per_round = self.policy.max_depth + 1
-        backlog = sum(max(0, s.draft_backlog() - per_round) for s in spec)
+        backlog = sum(self._lag(s) for s in spec)
         left = self.remaining(spec)
         return backlog, sum(left) / len(left)
 

@@ -63,7 +63,6 @@ class TestDraftShapes:
         shapes = p.draft_shapes([behind, level, guessed, prefill], rnd, (4, 2))
         assert shapes == {"behind": (4, 2), "level": (8, 4)} and rnd.explorer == "level"
 
-
     def test_in_a_prefill_round_a_lagging_draft_waits_for_the_next_round(self):
         """While new prompts prefill, a running sequence whose draft lags more than one round's tokens
         (max depth + 1) decodes plainly (deferred) so its catch-up does not delay their first token;
