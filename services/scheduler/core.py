@@ -87,6 +87,12 @@ class Sequence:
     def tokens(self) -> list[int]:
         return self.prompt + self.output
 
+    def depth_left(self) -> int:
+        """Tree depth that can still commit (tokens): a verify step commits the accepted path plus
+        one bonus token and the sequence stops at ``max_tokens`` (admission keeps prompt + max_tokens
+        within the context), so nodes deeper than ``max_tokens - output - 1`` are cut unread."""
+        return self.params.max_tokens - len(self.output) - 1
+
     def draft_len(self, upto: int) -> int:
         """How many tokens the draft's view has of the sequence's first ``upto`` tokens."""
         a, b = self.draft_hidden

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from common import wire
 from common.config import Config
-from common.tree import TokenTree
+from common.tree import TokenTree, depths, subtree
 from services.scheduler import candidates
 from services.scheduler.core import Sequence
 from services.scheduler.lengths import OutputLengths
@@ -45,13 +47,26 @@ class Round:
     # prefill alone (empty tree), so the draft's prefill and tree stay off the time to first token;
     # the draft catches up (prefills) in the next round.
     prefill: set[str] = field(default_factory=set)
-    # Running sequences that decode plainly this round because others prefill and their draft would
-    # first have to catch up (``Planner.draft_shapes``); not counted as degraded steps.
+    # Running sequences that decode plainly this round by plan (``Planner.draft_shapes``), not counted
+    # as degraded steps: others prefill and their draft would first have to catch up, or one token is
+    # all they have left (``Sequence.depth_left`` 0).
     deferred: set[str] = field(default_factory=set)
+    capped: set[str] = field(default_factory=set)  # sequences whose tree is cut to their depth_left
     drafted: set[str] = field(default_factory=set)  # sequences with a draft-model tree (fresh or guessed)
     grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
     lookup_offered: set[str] = field(default_factory=set)  # sequences prompt lookup could graft onto this round
     explorer: str | None = None  # the sequence drafting the policy's explore tree this round
+
+
+def capped_shape(shape: tuple[int, int], depth: int) -> tuple[int, int]:
+    """(size, depth) ``shape`` cut to at most ``depth`` levels, its nodes in proportion (at least one
+    per level kept); (0, 0) when ``depth`` < 1 (tokens)."""
+    size, levels = shape
+    if depth >= levels:
+        return shape
+    if depth < 1:
+        return 0, 0
+    return max(depth, size * depth // levels), depth
 
 
 class Planner:
@@ -97,17 +112,26 @@ class Planner:
         In a round that also prefills new prompts, a sequence whose draft lags more than a round's tokens
         does not draft (``rnd.deferred``): its draft's catch-up would run before the verifier's pass and
         delay every new prompt's first token (HTTP, 8 streams: a wave's first request, prefilled alone,
-        made the other 7 wait 174 ms for its draft's prefill). It catches up in the next round, with theirs."""
+        made the other 7 wait 174 ms for its draft's prefill). It catches up in the next round, with theirs.
+
+        A sequence near its ``max_tokens`` drafts no deeper than it can commit (``capped_shape`` of its
+        ``depth_left``; none with one token left, ``rnd.deferred``), and explores only with room for
+        the whole explore tree: in 8-stream HTTP waves the last round drafted 20 nodes for two
+        sequences that had one token each left (76 ms of draft, 22 verify rows for 2 tokens)."""
         speculating = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
                        and s.request_id not in rnd.prefill]
         if rnd.prefill:
             rnd.deferred = {s.request_id for s in speculating if self._lag(s) > 0}
+        rnd.deferred |= {s.request_id for s in speculating if s.depth_left() < 1}
         wanted = [s for s in speculating if s.request_id not in rnd.deferred]
-        shapes = {s.request_id: shape for s in wanted}
+        shapes = {s.request_id: capped_shape(shape, s.depth_left()) for s in wanted}
+        rnd.capped = {sid for sid, got in shapes.items() if got != shape}
         explore = self.policy.explore_shape
-        if explore is not None and wanted:
-            rnd.explorer = min(wanted, key=lambda s: s.draft_backlog()).request_id
+        room = [s for s in wanted if s.depth_left() >= (explore or (0, 0))[1]]  # explorers drafting it whole
+        if explore is not None and room:
+            rnd.explorer = min(room, key=lambda s: s.draft_backlog()).request_id
             shapes[rnd.explorer] = explore
+            rnd.capped.discard(rnd.explorer)
         explored = explore if rnd.explorer is not None else None
         if self.shape_changed or explored is not None:
             self.log.info("tree shape", tree_size=shape[0], max_depth=shape[1], batch=len(seqs),
@@ -143,17 +167,20 @@ class Planner:
         """Graft prompt-lookup candidates onto each speculating sequence's tree in ``rnd.trees``
         (``candidates.py``), as many nodes as the tree policy finds worth their verify rows for that
         sequence, its gained tokens valued by whether they shorten the batch's run (``makespan.py``).
-        ``seqs``: the round's running sequences."""
+        ``seqs``: the round's running sequences. First cuts every tree (the look-ahead's guesses were
+        drafted at the round's shape) to its sequence's ``depth_left``; lookup grafts respect it too."""
+        self._cut_to_budget(rnd, seqs)
         rnd.drafted = set(rnd.trees)
         for seq, value in zip(seqs, path_values(self.remaining(seqs), self.refilled(waiting))):
-            if not seq.params.speculate:
+            depth = min(self.policy.budget.max_depth, seq.depth_left())
+            if not seq.params.speculate or depth < 1:
                 continue
             sid = seq.request_id
             nodes = self.policy.lookup_nodes(len(rnd.seq_ids), *self.shape, seq.lookup, value=value)
             if nodes == 0:
                 continue
             rnd.lookup_offered.add(sid)
-            got = candidates.graft_lookup(seq.tokens, rnd.trees.get(sid), self.cfg, nodes, self.policy.budget.max_depth,
+            got = candidates.graft_lookup(seq.tokens, rnd.trees.get(sid), self.cfg, nodes, depth,
                                           candidates.step_logprob(self.policy, seq.lookup))
             if got is not None:
                 rnd.trees[sid], rnd.grafts[sid] = got
@@ -165,7 +192,24 @@ class Planner:
         sid = seq.request_id
         drafted = candidates.observe(self.policy, tree, rnd.outs[sid].accepted, rnd.grafts.get(sid),
                                      sid in rnd.lookup_offered, seq.lookup)
-        return (seq.fit, drafted) if sid in rnd.drafted and sid != rnd.explorer else None
+        return (seq.fit, drafted) if sid in rnd.drafted and sid != rnd.explorer and sid not in rnd.capped else None
+
+    @staticmethod
+    def _cut_to_budget(rnd: Round, seqs: list[Sequence]) -> None:
+        """Drop the nodes of ``rnd.trees`` deeper than their sequence's ``depth_left`` (the tree is
+        removed when nothing is left; the sequence joins ``rnd.capped``)."""
+        for seq in seqs:
+            if seq.request_id not in rnd.trees:
+                continue
+            tree = wire.tree_from_wire(rnd.trees[seq.request_id])  # validated on receipt (replies.py)
+            keep = np.flatnonzero(depths(tree.parents) <= seq.depth_left())  # depths: 1 = the root's children
+            if len(keep) == len(tree):
+                continue
+            rnd.capped.add(seq.request_id)
+            if len(keep):
+                rnd.trees[seq.request_id] = wire.tree_to_wire(subtree(tree, keep))
+            else:
+                del rnd.trees[seq.request_id]
 
     def observe_costs(self, rnd: Round, committed: list[tuple[Sequence, int]], nodes: int) -> None:
         """Feed a decode round's ms (``nodes``: tree nodes verified) to the tree policy (verify cost,

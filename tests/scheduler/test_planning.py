@@ -6,7 +6,7 @@ from common import wire
 from common.config import Config
 from common.tree import TokenTree
 from services.scheduler.core import Sequence
-from services.scheduler.planning import Planner, Round
+from services.scheduler.planning import Planner, Round, capped_shape
 from services.scheduler.tree_policy import TreePolicy
 
 PARAMS = wire.SamplingParams(max_tokens=32, ignore_eos=True)
@@ -76,6 +76,55 @@ class TestDraftShapes:
         rnd = new_round([lagging, close])
         assert p.draft_shapes([lagging, close], rnd, (4, 2)) == {"lagging": (4, 2), "close": (4, 2)}
         assert rnd.deferred == set()
+
+
+def near_end(rid: str, left: int) -> Sequence:
+    """A running sequence (draft and verifier level) that may still commit ``left`` tokens."""
+    s = seq(rid, 8, 8)
+    s.params = wire.SamplingParams(max_tokens=len(s.output) + left, ignore_eos=True)
+    return s
+
+
+def chain(n: int) -> wire.Tree:
+    """An n-node chain (depths 1..n) on the wire."""
+    return wire.tree_to_wire(TokenTree.build(list(range(20, 20 + n)), list(range(-1, n - 1))))
+
+
+class TestTokenBudget:
+    def test_capped_shape_keeps_levels_that_can_commit(self):
+        """A shape is cut to the levels a sequence can still commit, nodes in proportion (at least one per
+        level), unchanged when it fits, and (0, 0) when no level can commit."""
+        assert capped_shape((8, 4), 4) == (8, 4) and capped_shape((8, 4), 9) == (8, 4)
+        assert capped_shape((8, 4), 2) == (4, 2) and capped_shape((3, 3), 1) == (1, 1)
+        assert capped_shape((1, 1), 0) == (0, 0) and capped_shape((8, 4), -1) == (0, 0)
+
+    def test_a_sequence_near_max_tokens_drafts_only_what_it_can_commit(self):
+        """With one token left a sequence drafts nothing (deferred, not degraded); with two left it drafts
+        a depth-1 tree (capped); the explore tree goes to a sequence with room for all of it."""
+        p = planner()
+        p.policy.explore_shape = (8, 4)
+        last, two, room, roomy = near_end("last", 1), near_end("two", 2), near_end("room", 20), near_end("roomy", 20)
+        room.draft.held = 7  # behind roomy, ahead of the others... which cannot take the explore anyway
+        last.draft.held = two.draft.held = 8
+        rnd = new_round([last, two, room, roomy])
+        shapes = p.draft_shapes([last, two, room, roomy], rnd, (4, 2))
+        assert shapes == {"two": (2, 1), "room": (4, 2), "roomy": (8, 4)} and rnd.explorer == "roomy"
+        assert rnd.deferred == {"last"} and rnd.capped == {"two"}
+
+    def test_trees_deeper_than_the_budget_are_cut_before_verification(self):
+        """graft_lookup first cuts each tree (e.g. a look-ahead guess drafted at the round's shape) to its
+        sequence's depth_left, drops a tree with nothing left, and a cut tree feeds no draft fit."""
+        p = planner()
+        two, last, room = near_end("two", 2), near_end("last", 1), near_end("room", 20)
+        rnd = new_round([two, last, room])
+        rnd.trees = {"two": chain(4), "last": chain(3), "room": chain(4)}
+        p.graft_lookup(rnd, [two, last, room], waiting=False)
+        assert {k: wire.tree_from_wire(t).tokens.tolist() for k, t in rnd.trees.items()} == {
+            "two": [20], "room": [20, 21, 22, 23]}
+        assert rnd.capped == {"two", "last"}
+        rnd.outs = {sid: wire.VerifyOut(accepted=[0], bonus=9) for sid in ("two", "room")}
+        one = TokenTree.build([20], [-1])
+        assert p.observe_tree(rnd, two, one) is None and p.observe_tree(rnd, room, one) == (room.fit, 1)
 
 
 class RecordingLog:

@@ -276,8 +276,8 @@ class TestSpeculationOff:
         """On an explore round the sequence whose draft is least behind drafts the probe tree and
         the others the round's shape: plain (not drafted, not counted as degraded) when plain is best."""
         drv = driver(draft=True)
-        for rid in ("a", "b"):
-            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=PARAMS))
+        for rid in ("a", "b"):  # room for a depth-4 explore tree to the end
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=msgspec.structs.replace(PARAMS, max_tokens=16)))
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=3) for sid in ("a", "b")}), 0.0)
