@@ -115,9 +115,9 @@ class Planner:
         made the other 7 wait 174 ms for its draft's prefill). It catches up in the next round, with theirs.
 
         A sequence near its ``max_tokens`` drafts no deeper than it can commit (``capped_shape`` of its
-        ``depth_left``; none with one token left, ``rnd.deferred``), and explores only with room for
-        the whole explore tree: in 8-stream HTTP waves the last round drafted 20 nodes for two
-        sequences that had one token each left (76 ms of draft, 22 verify rows for 2 tokens)."""
+        ``depth_left``; none with one token left, ``rnd.deferred``), explore trees included (``_explore``):
+        in 8-stream HTTP waves the last round drafted 20 nodes for two sequences that had one token
+        each left (76 ms of draft, 22 verify rows for 2 tokens)."""
         speculating = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
                        and s.request_id not in rnd.prefill]
         if rnd.prefill:
@@ -126,18 +126,32 @@ class Planner:
         wanted = [s for s in speculating if s.request_id not in rnd.deferred]
         shapes = {s.request_id: capped_shape(shape, s.depth_left()) for s in wanted}
         rnd.capped = {sid for sid, got in shapes.items() if got != shape}
-        explore = self.policy.explore_shape
-        room = [s for s in wanted if s.depth_left() >= (explore or (0, 0))[1]]  # explorers drafting it whole
-        if explore is not None and room:
-            rnd.explorer = min(room, key=lambda s: s.draft_backlog()).request_id
-            shapes[rnd.explorer] = explore
+        explored = self._explore(wanted, shape, rnd)
+        if explored is not None:
+            shapes[rnd.explorer] = explored
             rnd.capped.discard(rnd.explorer)
-        explored = explore if rnd.explorer is not None else None
         if self.shape_changed or explored is not None:
             self.log.info("tree shape", tree_size=shape[0], max_depth=shape[1], batch=len(seqs),
                           reason=self.policy.last_reason, explore=explored)
             self.shape_changed = False
         return shapes
+
+    def _explore(self, wanted: list[Sequence], shape: tuple[int, int], rnd: Round) -> tuple[int, int] | None:
+        """The policy's explore tree and its drafter (``rnd.explorer``), or None: among ``wanted`` the
+        least-behind draft with room for the whole tree; else the one with the most room, its tree
+        capped, when that still probes deeper than the round's ``shape`` (short requests measure too)."""
+        explore = self.policy.explore_shape
+        if explore is None or not wanted:
+            return None
+        room = [s for s in wanted if s.depth_left() >= explore[1]]
+        if room:
+            rnd.explorer = min(room, key=lambda s: s.draft_backlog()).request_id
+            return explore
+        most = max(wanted, key=lambda s: s.depth_left())
+        if most.depth_left() <= shape[1]:
+            return None
+        rnd.explorer = most.request_id
+        return capped_shape(explore, most.depth_left())
 
     def remaining(self, seqs: list[Sequence]) -> list[float]:
         """Tokens each sequence is expected to still generate (``lengths.remaining``)."""

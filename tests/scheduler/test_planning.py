@@ -111,6 +111,19 @@ class TestTokenBudget:
         assert shapes == {"two": (2, 1), "room": (4, 2), "roomy": (8, 4)} and rnd.explorer == "roomy"
         assert rnd.deferred == {"last"} and rnd.capped == {"two"}
 
+    def test_without_room_for_the_explore_tree_the_roomiest_sequence_explores_a_capped_one(self):
+        """When no sequence can commit the whole explore tree, the one with the most tokens left drafts it
+        cut to its depth_left, if that is still deeper than the round's shape; otherwise nobody explores."""
+        p = planner()
+        p.policy.explore_shape = (8, 4)
+        short, shorter = near_end("short", 4), near_end("shorter", 3)
+        rnd = new_round([short, shorter])
+        assert p.draft_shapes([short, shorter], rnd, (2, 1)) == {"short": (6, 3), "shorter": (2, 1)}
+        assert rnd.explorer == "short"
+        rnd = new_round([short, shorter])
+        assert p.draft_shapes([short, shorter], rnd, (4, 3)) == {"short": (4, 3), "shorter": (2, 2)}
+        assert rnd.explorer is None and rnd.capped == {"shorter"}
+
     def test_trees_deeper_than_the_budget_are_cut_before_verification(self):
         """graft_lookup first cuts each tree (e.g. a look-ahead guess drafted at the round's shape) to its
         sequence's depth_left, drops a tree with nothing left, and a cut tree feeds no draft fit."""
