@@ -59,14 +59,15 @@ class Round:
 
 
 def capped_shape(shape: tuple[int, int], depth: int) -> tuple[int, int]:
-    """(size, depth) ``shape`` cut to at most ``depth`` levels, its nodes in proportion (at least one
-    per level kept); (0, 0) when ``depth`` < 1 (tokens)."""
+    """(size, depth) ``shape`` cut to at most ``depth`` levels; (0, 0) when ``depth`` < 1 (tokens).
+    The size stays: the draft's best-first tree of that many nodes within ``depth`` levels holds every
+    node the full shape's tree had there (more acceptance, never more verify rows), and it saves the
+    draft's deeper level passes. (Shrinking the size in proportion lost the accepted path: a 16-node,
+    12-level tree with 8 tokens left committed 9 tokens, its 10-node, 8-level cut 3.)"""
     size, levels = shape
     if depth >= levels:
         return shape
-    if depth < 1:
-        return 0, 0
-    return max(depth, size * depth // levels), depth
+    return (size, depth) if depth >= 1 else (0, 0)
 
 
 class Planner:

@@ -92,10 +92,10 @@ def chain(n: int) -> wire.Tree:
 
 class TestTokenBudget:
     def test_capped_shape_keeps_levels_that_can_commit(self):
-        """A shape is cut to the levels a sequence can still commit, nodes in proportion (at least one per
-        level), unchanged when it fits, and (0, 0) when no level can commit."""
+        """A shape is cut to the levels a sequence can still commit (its node budget kept), unchanged when
+        it fits, and (0, 0) when no level can commit."""
         assert capped_shape((8, 4), 4) == (8, 4) and capped_shape((8, 4), 9) == (8, 4)
-        assert capped_shape((8, 4), 2) == (4, 2) and capped_shape((3, 3), 1) == (1, 1)
+        assert capped_shape((8, 4), 2) == (8, 2) and capped_shape((3, 3), 1) == (3, 1)
         assert capped_shape((1, 1), 0) == (0, 0) and capped_shape((8, 4), -1) == (0, 0)
 
     def test_a_sequence_near_max_tokens_drafts_only_what_it_can_commit(self):
@@ -108,7 +108,7 @@ class TestTokenBudget:
         last.draft.held = two.draft.held = 8
         rnd = new_round([last, two, room, roomy])
         shapes = p.draft_shapes([last, two, room, roomy], rnd, (4, 2))
-        assert shapes == {"two": (2, 1), "room": (4, 2), "roomy": (8, 4)} and rnd.explorer == "roomy"
+        assert shapes == {"two": (4, 1), "room": (4, 2), "roomy": (8, 4)} and rnd.explorer == "roomy"
         assert rnd.deferred == {"last"} and rnd.capped == {"two"}
 
     def test_without_room_for_the_explore_tree_the_roomiest_sequence_explores_a_capped_one(self):
@@ -118,10 +118,10 @@ class TestTokenBudget:
         p.policy.explore_shape = (8, 4)
         short, shorter = near_end("short", 4), near_end("shorter", 3)
         rnd = new_round([short, shorter])
-        assert p.draft_shapes([short, shorter], rnd, (2, 1)) == {"short": (6, 3), "shorter": (2, 1)}
+        assert p.draft_shapes([short, shorter], rnd, (2, 1)) == {"short": (8, 3), "shorter": (2, 1)}
         assert rnd.explorer == "short"
         rnd = new_round([short, shorter])
-        assert p.draft_shapes([short, shorter], rnd, (4, 3)) == {"short": (4, 3), "shorter": (2, 2)}
+        assert p.draft_shapes([short, shorter], rnd, (4, 3)) == {"short": (4, 3), "shorter": (4, 2)}
         assert rnd.explorer is None and rnd.capped == {"shorter"}
 
     def test_trees_deeper_than_the_budget_are_cut_before_verification(self):
