@@ -168,6 +168,14 @@ class Calibration:
       accepted 1 token made a bf16 main decode plainly for the next 11 rounds (in-process HumanEval,
       AVX2-only host: 10.98 tok/s where a fixed 6-node tree gave 12.28).
 
+    The speculative time factor follows the host's speed as the plain rounds read it: a tree round's
+    ms is stored times the plain time factor of that moment and the factor is read times the plain
+    time factor now (the two cancel while both kinds run). So a reading taken in a slow minute does not
+    outlast it while the batch decodes plainly and only plain rounds are measured: at 8 HTTP streams on
+    an Intel Xeon host whose speed moved 1.5x within seconds, 1-node trees read 0.85 in such a minute
+    (plain 0.78), plain then read 0.98-1.03 and the frozen 0.85 kept the batch plain for the rest of
+    both waves (0.94x plain; the run before, 1.24x).
+
     One factor per kind and batch bucket (1, 2-3, 4-7, 8+ sequences: batching changes both kinds'
     costs differently); plain rounds come from that choice and from probes (every
     ``PLAIN_PROBE_EVERY`` rounds, every 4th while the bucket's plain factor is unmeasured); rounds
@@ -200,8 +208,11 @@ class Calibration:
             # streams: 0.78x)
             if (b, kind) in self.sums:
                 self.sums[(b, kind)] = [x * RATE_DECAY for x in self.sums[(b, kind)]]
+        if not speculative and (b, False) not in self.sums and (b, True) in self.sums:
+            self.sums[(b, True)][0] *= model_ms / ms  # tree readings so far: as if read at this first plain speed
         m, mm, w = self.sums.get((b, speculative), [0.0] * 3)
-        self.sums[(b, speculative)] = [m + ms, mm + model_ms, w + 1]
+        drift = self._plain_time(b) if speculative else 1.0  # a tree round's ms in the plain rounds' host speed
+        self.sums[(b, speculative)] = [m + ms * drift, mm + model_ms, w + 1]
         t, mt, tw = (x * TOKEN_DECAY for x in self.tokens.get((b, speculative), [0.0] * 3))
         self.tokens[(b, speculative)] = [t + tokens, mt + model_tokens, tw + 1]
 
@@ -221,5 +232,12 @@ class Calibration:
             if w >= MIN_RATE_WEIGHT and m > 0:
                 t, mt, tw = self.tokens[(bucket, speculative)]
                 prior = TOKEN_PRIOR_ROUNDS * mt / tw
-                return (mm / m) * (t + prior) / (mt + prior)
+                drift = self._plain_time(bucket) if speculative else 1.0
+                return (mm / m) * drift * (t + prior) / (mt + prior)
         return 1.0
+
+    def _plain_time(self, bucket: int) -> float:
+        """The plain rounds' time factor (modelled / measured ms) in ``bucket`` from its first reading
+        on (1.0 before: tree readings are rescaled by that first one), whatever its weight."""
+        m, mm, _ = self.sums.get((bucket, False), [0.0] * 3)
+        return mm / m if m > 0 else 1.0

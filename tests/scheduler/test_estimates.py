@@ -125,6 +125,35 @@ class TestCalibration:
         assert c.factor(1, True) == 1.0 and not c.measured(1, True)
         assert c.factor(8, True) == pytest.approx(0.5) and c.factor(1, False) == pytest.approx(1.0)
 
+    def test_a_speculative_reading_from_a_slow_minute_follows_the_plain_rounds_when_the_host_speeds_up(self):
+        """At a batch of 8, trees and plain both read 0.8 in a slow minute; when plain rounds then read
+        1.0 the frozen tree reading rises with them (relative to plain it stays what was measured), and
+        while both kinds run at one speed the factor is the trees' own reading."""
+        c = Calibration()
+        for _ in range(3):
+            c.observe(8, False, tokens=8, ms=125.0, model_tokens=8, model_ms=100.0)
+            c.observe(8, True, tokens=16, ms=250.0, model_tokens=16, model_ms=200.0)
+        assert c.factor(8, True) == pytest.approx(0.8) and c.factor(8, False) == pytest.approx(0.8)
+        for _ in range(30):
+            c.observe(8, False, tokens=8, ms=100.0, model_tokens=8, model_ms=100.0)
+        assert c.factor(8, False) == pytest.approx(1.0, rel=0.02) and c.factor(8, True) == pytest.approx(1.0, rel=0.02)
+        for _ in range(30):
+            c.observe(8, True, tokens=16, ms=400.0, model_tokens=16, model_ms=200.0)  # trees now at half the model
+        assert c.factor(8, True) == pytest.approx(0.5, rel=0.02)
+
+    def test_tree_readings_before_any_plain_round_are_anchored_at_the_first_plain_speed(self):
+        """Tree rounds read before the bucket's first plain round keep their own factor when plain rounds
+        then read the same speed, and follow plain from there."""
+        c = Calibration()
+        for _ in range(3):
+            c.observe(8, True, tokens=16, ms=250.0, model_tokens=16, model_ms=200.0)
+        for _ in range(3):
+            c.observe(8, False, tokens=8, ms=125.0, model_tokens=8, model_ms=100.0)
+        assert c.factor(8, True) == pytest.approx(0.8)
+        for _ in range(30):
+            c.observe(8, False, tokens=8, ms=100.0, model_tokens=8, model_ms=100.0)
+        assert c.factor(8, True) == pytest.approx(1.0, rel=0.02)
+
     def test_speculative_rounds_do_not_age_the_plain_reading(self):
         """At batch 1 a plain reading stays measured through many speculative rounds (no plain
         probe every few rounds); only its own rounds decay it."""
