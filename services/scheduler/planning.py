@@ -214,9 +214,10 @@ class Planner:
         """Drop the nodes of ``rnd.trees`` deeper than their sequence's ``depth_left`` (the tree is
         removed when nothing is left; the sequence joins ``rnd.capped``)."""
         for seq in seqs:
-            if seq.request_id not in rnd.trees:
+            sent = rnd.trees.get(seq.request_id)
+            if sent is None or (sent.tokens.shape or [0])[0] <= seq.depth_left():  # n nodes reach depth n at most
                 continue
-            tree = wire.tree_from_wire(rnd.trees[seq.request_id])  # validated on receipt (replies.py)
+            tree = wire.tree_from_wire(sent)  # validated on receipt (replies.py)
             keep = np.flatnonzero(depths(tree.parents) <= seq.depth_left())  # depths: 1 = the root's children
             if len(keep) == len(tree):
                 continue
