@@ -101,6 +101,8 @@ class TreePolicy:
         self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
         self.plain_ms = 0.0  # modelled ms of plain rounds since the last explore
         self._levels_ms: dict[tuple[int, int, int], float] = {}  # (batch, size, depth) -> level passes' curve ms
+        # the last priced round's best tree ((0, 0): none priced), its rate and the rate it had to beat (tokens/ms)
+        self.runner_up: tuple[tuple[int, int], float, float] = ((0, 0), 0.0, 0.0)
 
     def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
         """Install measured cost curves (from the workers' Hello)."""
@@ -173,6 +175,9 @@ class TreePolicy:
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
+        if best == (0, 0) and self.runner_up[0] != (0, 0):  # why no tree: the best one and the rate it had to beat
+            (size, depth), top_rate, needed = self.runner_up
+            self.last_reason += f"; best tree {size}x{depth}: {top_rate:.4f}, needs {needed:.4f}"
         self.plain_ms += model[3] if best == (0, 0) else 0.0
         return best
 
@@ -267,13 +272,15 @@ class TreePolicy:
         A tree's rate carries the draft's catch-up of ``backlog`` tokens spread over the rounds
         left (``remaining`` / expected tokens per round); the prediction calibrated against the
         round carries all of it (that round pays it). The rate counts ``fit`` x the expected draft
-        tokens (the critical path's share, ``makespan.py``); the prediction counts them all."""
+        tokens (the critical path's share, ``makespan.py``); the prediction counts them all.
+        Sets ``runner_up``: the best tree, its rate and the rate it had to beat (plain's times
+        1 + ``SPEC_MARGIN``), which the round's reason names when plain decoding wins."""
         catch_up = self.draft.ms(backlog) if backlog > 0 else 0.0
         plain_ms = self._priced_ms(batch, 0, 0)
         best, model = (0, 0), (batch, False, float(batch), plain_ms)
         plain_rate = batch / plain_ms * self.calibration.factor(batch, False)
-        best_rate = plain_rate * (1 + SPEC_MARGIN)  # what a tree must beat
         spec_factor = self.calibration.factor(batch, True)
+        top, top_rate, top_model = (0, 0), 0.0, model  # the tree of most expected tokens/ms
         for si, size in enumerate(SIZES):
             for depth in range(1, min(size, self.max_depth) + 1):
                 exp = self.table.expected(si, depth)
@@ -281,9 +288,12 @@ class TreePolicy:
                     continue
                 ms = self._priced_ms(batch, size, depth, exp)
                 rate = batch * (fit * exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
-                if rate > best_rate:
-                    best, best_rate, model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
-        return best, (best_rate if best != (0, 0) else plain_rate), model
+                if rate > top_rate:
+                    top, top_rate, top_model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
+        self.runner_up = (top, top_rate, plain_rate * (1 + SPEC_MARGIN))
+        if top_rate > plain_rate * (1 + SPEC_MARGIN):  # what a tree must beat
+            return top, top_rate, top_model
+        return best, plain_rate, model
 
     def lookup_nodes(self, batch: int, size: int, depth: int, seq: SeqLookup, value: float = 1.0) -> int:
         """Lookup nodes one sequence (its state ``seq``) may graft this round onto its draft tree

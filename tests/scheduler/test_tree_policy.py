@@ -68,6 +68,15 @@ class TestTreePolicy:
         best, rate, _ = p._modelled_best(1)
         assert best != (0, 0) and rate == pytest.approx(0.012, rel=1e-3)
 
+    def test_a_plain_choice_names_the_tree_it_preferred_to(self):
+        """When plain decoding wins, the round's reason (the scheduler's "tree shape" log) names the
+        best tree, its expected tokens/ms and the rate it had to beat (plain's plus the margin)."""
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 0.001), (256, 0.001)))
+        p.table.expected = lambda si, depth: 0.05 if (si, depth) == (0, 1) else None
+        p.rounds = 3  # the next round neither explores nor probes plain
+        assert p.choose(1) == (0, 0)
+        assert p.last_reason.endswith("; best tree 1x1: 0.0105, needs 0.0110")
+
     def test_a_critical_path_the_draft_predicts_badly_decodes_plainly(self):
         """A tree modelled 20% faster than plain for the average sequence is not taken when the
         critical path accepts half as many draft tokens (fit 0.5: 10%, below the margin); the
