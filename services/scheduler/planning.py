@@ -122,7 +122,7 @@ class Planner:
         speculating = [s for s in seqs if s.params.speculate and s.request_id not in rnd.trees
                        and s.request_id not in rnd.prefill]
         if rnd.prefill:
-            rnd.deferred = {s.request_id for s in speculating if self._lag(s) > 0}
+            rnd.deferred = {s.request_id for s in speculating if self._lag(s, shape[1]) > 0}
         rnd.deferred |= {s.request_id for s in speculating if s.depth_left() < 1}
         wanted = [s for s in speculating if s.request_id not in rnd.deferred]
         shapes = {s.request_id: capped_shape(shape, s.depth_left()) for s in wanted}
@@ -162,19 +162,25 @@ class Planner:
         """A slot that comes free is taken at once: a request waits, or clients refill (makespan.py)."""
         return self.refills.refilling or waiting
 
-    def _lag(self, seq: Sequence) -> int:
-        """Tokens the sequence's draft must prefill beyond what one round appends (max depth + 1):
-        a catch-up its next tree would pay first (0 when none)."""
-        return max(0, seq.draft_backlog() - (self.policy.max_depth + 1))
+    @staticmethod
+    def _lag(seq: Sequence, depth: int) -> int:
+        """Tokens the sequence's draft must prefill beyond what one round of trees ``depth`` levels
+        deep appends (its accepted path and bonus token: depth + 1; 1 after plain rounds): a catch-up
+        its next tree pays first (0 when none). The slack was the budget's max depth + 1 (13 tokens):
+        at 8 HTTP streams a 1-node tree round after three plain rounds appended 4-5 tokens per draft
+        (82 ms against about 50), counted as a normal round, and the draft's cost correction at depth 1
+        kept that price: 1-node trees read 0.045-0.05 tokens/ms where they commit about 0.08, and the
+        batch decoded plainly for the rest of the wave (0.97x)."""
+        return max(0, seq.draft_backlog() - (depth + 1))
 
     def _catch_up(self, seqs: list[Sequence]) -> tuple[int, float]:
-        """(tokens the drafts lag beyond one round's worth, mean tokens each is expected to still
-        generate: ``lengths.remaining``) of the speculating sequences past their first token: what
-        a tree round now must prefill first, and over how many tokens that pays off."""
+        """(tokens the drafts lag beyond one round's worth of the latest shape, mean tokens each is
+        expected to still generate: ``lengths.remaining``) of the speculating sequences past their
+        first token: what a tree round now must prefill first, and over how many tokens that pays off."""
         spec = [s for s in seqs if s.params.speculate and s.verifier.held > 0]
         if not spec:
             return 0, float("inf")
-        backlog = sum(self._lag(s) for s in spec)
+        backlog = sum(self._lag(s, self.shape[1]) for s in spec)  # beyond a round of the latest shape
         left = self.remaining(spec)
         return backlog, sum(left) / len(left)
 

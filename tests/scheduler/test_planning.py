@@ -55,7 +55,7 @@ class TestDraftShapes:
         explore shape and is the round's explorer; guessed and prefilling sequences do not draft."""
         p = planner()
         p.policy.explore_shape = (8, 4)
-        behind, level = seq("behind", 8, 4), seq("level", 8, 7)
+        behind, level = seq("behind", 8, 5), seq("level", 8, 7)
         guessed, prefill = seq("guessed", 8, 8), seq("prefill", 0, 0, output=0)
         rnd = new_round([behind, level, guessed, prefill])
         rnd.trees["guessed"] = wire.tree_to_wire(TokenTree.empty())
@@ -65,10 +65,10 @@ class TestDraftShapes:
 
     def test_in_a_prefill_round_a_lagging_draft_waits_for_the_next_round(self):
         """While new prompts prefill, a running sequence whose draft lags more than one round's tokens
-        (max depth + 1) decodes plainly (deferred) so its catch-up does not delay their first token;
-        one that lags less drafts, and without a prefill in the round the lagging one drafts too."""
-        p = planner()  # max depth 4: one round's worth is 5 tokens
-        lagging, close, new = seq("lagging", 8, 2), seq("close", 8, 3), seq("new", 0, 0, output=0)
+        (the round's depth + 1) decodes plainly (deferred) so its catch-up does not delay their first
+        token; one that lags no more drafts, and without a prefill in the round the lagging one drafts too."""
+        p = planner()  # a round of depth 2 appends up to 3 tokens
+        lagging, close, new = seq("lagging", 8, 4), seq("close", 8, 5), seq("new", 0, 0, output=0)
         rnd = new_round([lagging, close, new])
         rnd.prefill.add("new")
         assert p.draft_shapes([lagging, close, new], rnd, (4, 2)) == {"close": (4, 2)}
@@ -88,6 +88,20 @@ def near_end(rid: str, left: int) -> Sequence:
 def chain(n: int) -> wire.Tree:
     """An n-node chain (depths 1..n) on the wire."""
     return wire.tree_to_wire(TokenTree.build(list(range(20, 20 + n)), list(range(-1, n - 1))))
+
+
+class TestCatchUp:
+    def test_a_draft_lag_beyond_the_latest_shapes_round_is_a_backlog(self):
+        """The backlog a tree round must first prefill counts every token a draft lags beyond what one
+        round of the latest shape appends (depth + 1; 1 after plain rounds), not beyond the budget's max
+        depth: three plain rounds after a 1-node tree leave a catch-up, one 1-node round does not."""
+        p = planner()
+        after_tree, after_plain = seq("a", 8, 6), seq("b", 8, 4)  # drafts 2 and 4 tokens behind
+        p.shape = (1, 1)
+        assert p._catch_up([after_tree])[0] == 0
+        assert p._catch_up([after_plain])[0] == 2
+        p.shape = (0, 0)
+        assert p._catch_up([after_tree, after_plain])[0] == 1 + 3
 
 
 class TestTokenBudget:
