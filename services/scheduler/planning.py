@@ -56,6 +56,7 @@ class Round:
     grafts: dict[str, candidates.Grafted] = field(default_factory=dict)  # prompt-lookup nodes per sequence
     lookup_offered: set[str] = field(default_factory=set)  # sequences prompt lookup could graft onto this round
     explorer: str | None = None  # the sequence drafting the policy's explore tree this round
+    appended: int = 0  # tokens the drafting sequences' drafts prefill before their trees (their backlogs)
 
 
 def capped_shape(shape: tuple[int, int], depth: int) -> tuple[int, int]:
@@ -131,6 +132,7 @@ class Planner:
         if explored is not None:
             shapes[rnd.explorer] = explored
             rnd.capped.discard(rnd.explorer)
+        rnd.appended = sum(s.draft_backlog() for s in wanted if shapes[s.request_id][0] > 0)
         if self.shape_changed or explored is not None:
             self.log.info("tree shape", tree_size=shape[0], max_depth=shape[1], batch=len(seqs),
                           reason=self.policy.last_reason, explore=explored)
@@ -240,6 +242,6 @@ class Planner:
         tokens, round_ms = sum(n for _, n in committed), rnd.draft_ms + rnd.verify_ms
         self.policy.observe_verify(len(committed), len(committed) + nodes, rnd.verify_ms)
         self.policy.observe_round(nodes > 0, tokens, round_ms, 0.0 if rnd.guessed else rnd.draft_ms,
-                                  grafted=bool(rnd.grafts))
+                                  grafted=bool(rnd.grafts), appended=None if rnd.guessed else rnd.appended)
         for seq, n in committed:
             seq.lookup.rates.observe(len(committed), seq.request_id in rnd.grafts, n, round_ms)

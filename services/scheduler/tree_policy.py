@@ -94,7 +94,11 @@ class TreePolicy:
         self.verify_cost = CostCorrection()
         self.draft_cost = CostCorrection()  # per (batch, depth): level passes cost more than the curve says
         self.draft_modelled: tuple[int, int, float] | None = None  # (batch, depth, curve ms) of this round's trees
+        self.draft_append = 0  # tokens the curve ms above has the drafts append first (batch x (expected + 1))
         self.explore_shape: tuple[int, int] | None = None  # this round's explore tree, for one sequence
+        # this round measures plain decoding, so it grafts no lookup nodes (a grafted round calibrates
+        # nothing: at 8 HTTP streams every 4th round was a plain probe with grafts, the factor never measured)
+        self.probing_plain = False
         self.calibration = Calibration()
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
         self.modelled_shape: tuple[int, int] = (0, 0)  # ... and its (size, depth)
@@ -132,7 +136,7 @@ class TreePolicy:
         while one of its sequences drafts a tree (``explore_shape``, sized by ``_first_explore``),
         unless the batch is about to finish (``EXPLORE_MIN_REMAINING``), as for every explore."""
         self.modelled = self.draft_modelled = None  # only a modelled choice is calibrated
-        self.explore_shape = None
+        self.explore_shape, self.probing_plain = None, False
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
@@ -149,7 +153,7 @@ class TreePolicy:
             return AUTO_DEFAULT_SIZE, self.max_depth
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
         if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
-            self.last_reason = "measure plain"
+            self.last_reason, self.probing_plain = "measure plain", True
             self.modelled, self.modelled_shape = (batch, False, batch, self._priced_ms(batch, 0, 0)), (0, 0)
             self.plain_ms += self.modelled[3]
             return 0, 0
@@ -173,6 +177,7 @@ class TreePolicy:
         if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost
             exp = self.table.expected(SIZES.index(best[0]), best[1])
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
+            self.draft_append = max(1, round(batch * (exp + 1)))
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
         if best == (0, 0) and self.runner_up[0] != (0, 0):  # why no tree: the best one and the rate it had to beat
@@ -232,23 +237,33 @@ class TreePolicy:
         return EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR * 2 ** min(self.plain_explores, PLAIN_EXPLORE_BACKOFF)
 
     def observe_round(self, speculative: bool, tokens: int, ms: float, draft_ms: float = 0.0,
-                      grafted: bool = False) -> None:
+                      grafted: bool = False, appended: int | None = None) -> None:
         """A finished decode round (``tokens`` committed in ``ms`` of draft + verify work, of
         which ``draft_ms`` drafting the chosen trees; 0 = unknown) calibrates the model's
-        prediction for the shape chosen for it, and the draft's cost per level. A round with
+        prediction for the shape chosen for it, and the draft's cost per level, both priced with the
+        ``appended`` tokens the drafts first prefilled this round (None: as modelled, what the
+        trees' expected accepted paths commit). A round after a deeper one (an explore, a 4-node tree,
+        accepted lookup nodes) appends more: priced as modelled, a 1-node round after 4-node trees at
+        8 HTTP streams (103 ms of draft for 35 tokens appended) set the draft's depth-1 cost at twice
+        its price and the batch decoded plainly for the rest of the wave (1.10x where the other runs
+        reached 1.28-1.36x). A round with
         prompt-lookup nodes (``grafted``) does not calibrate: its extra rows and tokens are outside
         the model, which compares draft trees with plain decoding (both kinds of round may carry
         grafts; ``lookup_policy`` judges those). Counted, one 8-node graft that gained nothing (122
         ms for 7 tokens where the tree alone was modelled at 92 ms, a batch of 4) pulled the trees'
         factor to 0.89 and the batch decoded plainly from then on; over HTTP at 4 streams tree
         rounds measured 0.054-0.058 tokens/ms against plain runs' 0.047-0.053 (BENCHMARKS.md)."""
+        extra = 0.0  # curve ms of the tokens appended beyond the modelled ones
+        if appended is not None and self.draft_modelled is not None:
+            extra = self.draft.ms(max(1, appended)) - self.draft.ms(self.draft_append)
         if self.draft_modelled is not None and speculative and draft_ms > 0:
             batch, depth, curve_ms = self.draft_modelled
-            self.draft_cost.observe(curve_ms, batch, depth, draft_ms)
+            self.draft_cost.observe(curve_ms + extra, batch, depth, draft_ms)
         if self.modelled is not None and self.modelled[1] == speculative and not grafted:
             batch, _, model_tokens, _ = self.modelled
+            extra_ms = extra * self.draft_cost.factor(batch, self.modelled_shape[1]) if speculative else 0.0
             self.calibration.observe(batch, speculative, tokens, ms, model_tokens,
-                                     self._priced_ms(batch, *self.modelled_shape))
+                                     self._priced_ms(batch, *self.modelled_shape) + extra_ms)
 
     def _priced_ms(self, batch: int, size: int, depth: int, exp: float | None = None) -> float:
         """ms of a round of (``size``, ``depth``) trees ((0, 0): plain) at ``batch`` as the corrected
@@ -300,8 +315,11 @@ class TreePolicy:
         of (``size``, ``depth``) in a batch of ``batch`` (0 = none), up to the budget's
         ``lookup_nodes``: ``SeqLookup.graft`` priced by the corrected verify cost, the expected
         accepted draft tokens of that tree and the engine-wide stats as prior; a gained token is
-        worth ``value`` (less off the batch's critical path, ``makespan.py``)."""
+        worth ``value`` (less off the batch's critical path, ``makespan.py``); none on a round that
+        measures plain decoding (``probing_plain``)."""
         cap = self.budget.lookup_nodes
+        if self.probing_plain:
+            return 0
         if cap == 0 or self.verify is None:
             return cap
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None

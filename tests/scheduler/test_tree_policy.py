@@ -115,6 +115,20 @@ class TestTreePolicy:
         assert p.choose(1, backlog=500, remaining=1000) != (0, 0) and p.last_reason.startswith("max expected")
         assert p.draft_modelled is None
 
+    def test_draft_cost_is_priced_with_the_tokens_the_drafts_appended(self):
+        """A tree round whose drafts first appended more tokens than the modelled accepted paths (after
+        a deeper round) corrects the draft's cost against the curve's price of the tokens it appended:
+        measured at that price, the correction stays 1.0; priced as modelled, it would read dearer."""
+        p = policy(((1, 100.0), (256, 120.0)), ((1, 1.0), (256, 256.0)))  # a draft pass: 1 ms per token
+        p.choose(1)
+        _, depth, curve_ms = p.draft_modelled
+        measured = curve_ms - p.draft_append + 30  # the same levels after appending 30 tokens
+        p.observe_round(True, 4, 500.0, draft_ms=measured, appended=30)
+        assert p.draft_cost.factor(1, depth) == pytest.approx(1.0)
+        p.draft_cost.ratios.clear()
+        p.observe_round(True, 4, 500.0, draft_ms=measured)
+        assert p.draft_cost.factor(1, depth) == pytest.approx(measured / curve_ms) and measured > curve_ms
+
     def test_draft_catch_up_is_spread_over_the_tokens_left(self):
         """A tree that pays per round is still chosen when the draft must first prefill a large
         backlog and many tokens remain, but not when few remain (the catch-up cannot pay back)."""
@@ -348,6 +362,17 @@ class TestLookupNodes:
         for verify, batch in ((((1, 100.0), (256, 101.0)), 8), (((1, 100.0), (9, 260.0)), 1)):
             p.set_costs(CostCurve(verify))
             assert p.lookup_nodes(batch, 0, 0, SeqLookup()) == 8
+
+    def test_a_plain_probe_round_grafts_no_lookup_nodes(self):
+        """A round that measures plain decoding grafts no lookup nodes (a grafted round calibrates
+        nothing), while the rounds around it graft as the lookup policy prices them."""
+        _, seq = self.lookup_policy(((1, 100.0), (256, 100.0)), 0.5)
+        p = policy(((1, 100.0), (256, 100.0)), ((1, 1.0), (256, 1.0)))  # tree_size auto
+        p.rounds = PLAIN_PROBE_EVERY + EXPLORE_EVERY // 2  # the next round is a plain probe
+        assert p.choose(1) == (0, 0) and p.last_reason == "measure plain"
+        assert p.lookup_nodes(1, 0, 0, seq) == 0
+        p.choose(1)
+        assert p.last_reason != "measure plain" and p.lookup_nodes(1, 0, 0, seq) == p.budget.lookup_nodes > 0
 
     def test_well_accepted_lookup_pays_on_flat_costs(self):
         """Lookup nodes accepted half the time on a flat verify curve are kept."""
