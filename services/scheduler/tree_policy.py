@@ -29,7 +29,7 @@ must first catch up on a backlog (new prompts, plain rounds) adds that prefill s
 the tokens the batch is expected to still generate (``lengths.py``: learned from finished
 requests, at most their ``max_tokens``).
 
-Both curves are corrected by measured ms per (batch, size) bucket (``CostCorrection``): the
+Both curves are corrected by measured ms per (batch, size) bucket (``CostCorrection``, ``pricing.py``): the
 verifier's by rows, the draft's by depth, from rounds without a catch-up (the level passes cost
 about twice the curve at batch 1 on the 2-core host: logits, top-k and the tree mask per level).
 The model can still be wrong (acceptance drifting with the text, lookup rows, load), so
@@ -51,9 +51,10 @@ from __future__ import annotations
 
 from common.config import Config
 from common.tree import TokenTree
-from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget, level_width
-from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, CostCurve
-from services.scheduler.lookup_policy import CostCorrection, LookupStats, SeqLookup
+from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
+from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration
+from services.scheduler.lookup_policy import LookupStats, SeqLookup
+from services.scheduler.pricing import CostPrices
 
 EXPLORE_EVERY = 8  # rounds
 EXPLORE_MIN_REMAINING = 16  # tokens: no explore round when the batch may generate fewer (mean)
@@ -78,21 +79,18 @@ SPEC_MARGIN = 0.1
 FIRST_EXPLORE_COST = 1.0
 
 
-class TreePolicy:
-    """Chooses (size, depth) per round from cost curves and the acceptance table."""
+class TreePolicy(CostPrices):
+    """Chooses (size, depth) per round from the corrected cost curves (``CostPrices``) and the acceptance table."""
 
     def __init__(self, cfg: Config, width: int = 4) -> None:
-        self.budget, self.width = TreeBudget.from_config(cfg), width
+        super().__init__(width)
+        self.budget = TreeBudget.from_config(cfg)
         self.max_depth = cfg.max_accept_length
         self.table = AcceptanceTable(self.max_depth)
-        self.verify: CostCurve | None = None
-        self.draft: CostCurve | None = None
         self.rounds = 0
         self.best = (AUTO_DEFAULT_SIZE, self.max_depth)
         self.last_reason = "default until measured"
         self.lookup = LookupStats()  # engine-wide: every sequence's prior (SeqLookup has its own)
-        self.verify_cost = CostCorrection()
-        self.draft_cost = CostCorrection()  # per (batch, depth): level passes cost more than the curve says
         self.draft_modelled: tuple[int, int, float] | None = None  # (batch, depth, curve ms) of this round's trees
         self.draft_append = 0  # tokens the curve ms above has the drafts append first (batch x (expected + 1))
         self.explore_shape: tuple[int, int] | None = None  # this round's explore tree, for one sequence
@@ -104,15 +102,8 @@ class TreePolicy:
         self.modelled_shape: tuple[int, int] = (0, 0)  # ... and its (size, depth)
         self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
         self.plain_ms = 0.0  # modelled ms of plain rounds since the last explore
-        self._levels_ms: dict[tuple[int, int, int], float] = {}  # (batch, size, depth) -> level passes' curve ms
         # the last priced round's best tree ((0, 0): none priced), its rate and the rate it had to beat (tokens/ms)
         self.runner_up: tuple[tuple[int, int], float, float] = ((0, 0), 0.0, 0.0)
-
-    def set_costs(self, verify: CostCurve | None = None, draft: CostCurve | None = None) -> None:
-        """Install measured cost curves (from the workers' Hello)."""
-        self.verify = verify or self.verify
-        self.draft = draft or self.draft
-        self._levels_ms.clear()
 
     def observe(self, tree: TokenTree, accepted: list[int]) -> None:
         self.table.observe(tree, accepted)
@@ -141,22 +132,10 @@ class TreePolicy:
             return self.budget.default_shape()
         self.rounds += 1
         if self.verify is None or self.draft is None or not self.table.measured():
-            # cold start: without acceptance data every tree's expected gain is unknown, and the
-            # model would decode plainly until the next explore round; speculate to measure it.
-            # In a batch only one sequence drafts (the rest decode plainly): a default tree for
-            # all made every draft prefill its prompt first (HTTP, 8 streams: one 4.5 s round)
-            self.last_reason = "default until measured"
-            if batch > 1:
-                if remaining >= EXPLORE_MIN_REMAINING:
-                    self.explore_shape = self._first_explore(batch)
-                return 0, 0
-            return AUTO_DEFAULT_SIZE, self.max_depth
+            return self._cold_start(batch, remaining)
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
         if probe or (self.rounds % 4 == 3 and not self.calibration.measured(batch, False)):
-            self.last_reason, self.probing_plain = "measure plain", True
-            self.modelled, self.modelled_shape = (batch, False, batch, self._priced_ms(batch, 0, 0)), (0, 0)
-            self.plain_ms += self.modelled[3]
-            return 0, 0
+            return self._probe_plain(batch)
         # the best for this batch, also on an explore round: a best left from an earlier batch (or the
         # default, on the first round after the cold start) gave a batch of 4 a 16-node tree each
         # (4.7 s for 31 tokens where a plain round took 0.2 s for 4, HTTP on an AVX2-only host)
@@ -171,15 +150,41 @@ class TreePolicy:
             self.explore_shape = self._explore_tree()
             self.last_reason = "explore"
             return best
-        # a tree round that first prefills a backlog does not calibrate: its ms is mostly that one-off catch-up
+        return self._modelled_choice(batch, backlog, best, rate, model)
+
+    def _cold_start(self, batch: int, remaining: float) -> tuple[int, int]:
+        """The shape before the curves and the acceptance table are measured: without acceptance data every
+        tree's expected gain is unknown, and the model would decode plainly until the next explore round;
+        speculate to measure it. In a batch only one sequence drafts (the rest decode plainly): a default
+        tree for all made every draft prefill its prompt first (HTTP, 8 streams: one 4.5 s round)."""
+        self.last_reason = "default until measured"
+        if batch > 1:
+            if remaining >= EXPLORE_MIN_REMAINING:
+                self.explore_shape = self._first_explore(batch)
+            return 0, 0
+        return AUTO_DEFAULT_SIZE, self.max_depth
+
+    def _probe_plain(self, batch: int) -> tuple[int, int]:
+        """A plain round that measures plain decoding's rate (calibrated, no lookup grafts: ``probing_plain``)."""
+        self.last_reason, self.probing_plain = "measure plain", True
+        self.modelled, self.modelled_shape = (batch, False, batch, self._priced_ms(batch, 0, 0)), (0, 0)
+        self.plain_ms += self.modelled[3]
+        return 0, 0
+
+    def _modelled_choice(self, batch: int, backlog: int, best: tuple[int, int], rate: float,
+                         model: tuple[int, bool, float, float]) -> tuple[int, int]:
+        """``best`` (of expected ``rate`` tokens/ms, ``model`` its prediction) as this round's shape: recorded
+        for calibration (not a tree round that first prefills a ``backlog``: its ms is mostly that one-off
+        catch-up, which would also blur the level passes' cost) and named in ``last_reason``."""
         self.modelled = None if best != (0, 0) and backlog > 0 else model
         self.modelled_shape = best
-        if best != (0, 0) and backlog == 0:  # a catch-up's prefill would blur the level passes' cost
+        if best != (0, 0) and backlog == 0:
             exp = self.table.expected(SIZES.index(best[0]), best[1])
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
             self.draft_append = max(1, round(batch * (exp + 1)))
+        factors = self.calibration.factor(batch, True), self.calibration.factor(batch, False)
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
-                            f"{self.calibration.factor(batch, True):.2f}, plain {self.calibration.factor(batch, False):.2f})")
+                            f"{factors[0]:.2f}, plain {factors[1]:.2f})")
         if best == (0, 0) and self.runner_up[0] != (0, 0):  # why no tree: the best one and the rate it had to beat
             (size, depth), top_rate, needed = self.runner_up
             self.last_reason += f"; best tree {size}x{depth}: {top_rate:.4f}, needs {needed:.4f}"
@@ -325,28 +330,3 @@ class TreePolicy:
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
         expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
         return seq.graft(lambda rows: self.verify_ms(batch, rows), batch, size, expected, self.lookup, value, cap)
-
-    def verify_ms(self, batch: int, rows: int) -> float:
-        """Predicted ms of one verify pass over ``rows`` tokens of ``batch`` sequences: the
-        start-up curve times the measured correction (``CostCorrection``)."""
-        return self.verify.ms(rows) * self.verify_cost.factor(batch, rows)
-
-    def observe_verify(self, batch: int, rows: int, ms: float) -> None:
-        """A decode round's verify pass (``rows`` tokens, ``batch`` sequences, ``ms``) corrects the
-        curve."""
-        if self.verify is not None:
-            self.verify_cost.observe(self.verify.ms(rows), batch, rows, ms)
-
-    def _draft_ms(self, batch: int, size: int, depth: int, expected: float) -> float:
-        """Predicted draft ms of a round's trees: the curve's (``_draft_curve_ms``) times the
-        measured correction at this batch and depth (``draft_cost``)."""
-        return self._draft_curve_ms(batch, size, depth, expected) * self.draft_cost.factor(batch, depth)
-
-    def _draft_curve_ms(self, batch: int, size: int, depth: int, expected: float) -> float:
-        """Append the committed tokens, then one pass per further level over ``level_width``
-        frontier nodes of each sequence's ``size``-node tree (start-up curve ms)."""
-        append = self.draft.ms(max(1, round(batch * (expected + 1))))
-        key = (batch, size, depth)  # memoised: _modelled_best prices every (size, depth) cell each round
-        if key not in self._levels_ms:
-            self._levels_ms[key] = sum(self.draft.ms(batch * level_width(size, d, self.width)) for d in range(1, depth))
-        return append + self._levels_ms[key]
