@@ -4,8 +4,8 @@
 * ``AcceptanceTable``: decayed mean accepted length per (tree size, depth), from every verified
   tree pruned counterfactually (EAGLE-2 re-ranking by draft score; exact for greedy decoding);
   a cell decays with its own observations only.
-* ``Calibration``: measured against modelled committed tokens per ms, per kind of round
-  (speculative or plain) and batch bucket: a time factor times a slower token factor.
+* ``Calibration``: committed against modelled tokens, per kind of round (speculative or plain)
+  and batch bucket.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from common.tree import TokenTree, depths
 from services.scheduler.lookup_policy import DECAY, MIN_WEIGHT
 
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # tree sizes the table and the policy consider
-RATE_DECAY = 0.9  # weight of older rounds in a measured cost (Calibration's time factor)
-TOKEN_DECAY = 0.98  # ... and in its token factor (as slow as the acceptance table's DECAY)
+RATE_DECAY = 0.9  # weight of older rounds in Calibration's round count (when a reading counts, and fades)
+TOKEN_DECAY = 0.98  # ... and in its factor (as slow as the acceptance table's DECAY)
 TOKEN_PRIOR_ROUNDS = 8.0  # rounds' worth of modelled tokens that shrink the token factor toward 1
 MIN_RATE_WEIGHT = 2.0  # decayed rounds a measured rate needs before it overrules the cost model
 BUCKETS = (1, 2, 4, 8)  # batch sizes at which Calibration's buckets start
@@ -153,91 +153,69 @@ class AcceptanceTable:
 
 
 class Calibration:
-    """Measured against modelled committed tokens per ms, for speculative and for plain rounds,
-    as two factors with their own memories. The cost model predicts from start-up curves and can
-    be wrong (per-level overheads, lookup rows, load, a drifting host); ``factor`` scales its
-    predicted rates so that speculation measured slower than plain decoding loses to it (issue 15:
-    the service must never be slower than plain).
+    """Committed against modelled tokens of the rounds the policy chose, for speculative and for plain
+    rounds: the ``factor`` that scales a kind's modelled rate, so that trees whose accepted paths keep
+    falling short of the acceptance table's estimate for their shape (acceptance drifting with the
+    text, a table that learned on other prompts) lose to plain decoding.
 
-    * time: modelled over measured ms, decayed by ``RATE_DECAY`` per round (fast: a round's ms is
-      a low-noise reading of the cost model's error);
-    * tokens: committed over modelled tokens, decayed by ``TOKEN_DECAY`` per round of the kind and
-      shrunk toward 1 by ``TOKEN_PRIOR_ROUNDS`` rounds' worth of modelled tokens. One tree's accepted
-      length is noisy (a 6-node tree modelled at 5.2 tokens commits 1 to 7), and the acceptance table
-      already learns acceptance from every tree; read at the time factor's pace, one tree that
-      accepted 1 token made a bf16 main decode plainly for the next 11 rounds (in-process HumanEval,
-      AVX2-only host: 10.98 tok/s where a fixed 6-node tree gave 12.28).
+    Only tokens: the ms side of a round is the cost corrections' job (``pricing.py``: measured over
+    curve ms per (batch, rows) of the verifier and (batch, depth) of the draft). A time factor here
+    compared each round with the price its shape had after those corrections had learned from the
+    same round, so it read their lag and the host's noise: at 8 HTTP streams on an Intel Xeon host it
+    read 0.74-0.88 for trees and 1.10-1.16 for plain at a wave's start while the trees had committed
+    1.2-1.5x plain's tokens per ms, and the batch decoded plainly (BENCHMARKS.md, "Calibration by
+    tokens only"). Committed over modelled tokens is decayed by ``TOKEN_DECAY`` per round of the kind
+    and shrunk toward 1 by ``TOKEN_PRIOR_ROUNDS`` rounds' worth of modelled tokens: one tree's accepted
+    length is noisy (a 6-node tree modelled at 5.2 tokens commits 1 to 7) and the acceptance table
+    already learns from every tree.
 
-    The speculative time factor follows the host's speed as the plain rounds read it: a tree round's
-    ms is stored times the plain time factor of that moment and the factor is read times the plain
-    time factor now (the two cancel while both kinds run). So a reading taken in a slow minute does not
-    outlast it while the batch decodes plainly and only plain rounds are measured: at 8 HTTP streams on
-    an Intel Xeon host whose speed moved 1.5x within seconds, 1-node trees read 0.85 in such a minute
-    (plain 0.78), plain then read 0.98-1.03 and the frozen 0.85 kept the batch plain for the rest of
-    both waves (0.94x plain; the run before, 1.24x).
-
-    One factor per kind and batch bucket (1, 2-3, 4-7, 8+ sequences: batching changes both kinds'
-    costs differently); plain rounds come from that choice and from probes (every
-    ``PLAIN_PROBE_EVERY`` rounds, every 4th while the bucket's plain factor is unmeasured); rounds
-    with prompt-lookup grafts are not observed (``TreePolicy.observe_round``)."""
+    A reading counts once its kind has ``MIN_RATE_WEIGHT`` rounds, decayed by ``RATE_DECAY`` per round
+    (``measured``); at batch 1 a speculative reading also ages with plain rounds, so a stale one fades.
+    One reading per kind and batch bucket (1, 2-3, 4-7, 8+ sequences); rounds with prompt-lookup
+    grafts are not observed (``TreePolicy.observe_round``)."""
 
     def __init__(self) -> None:
-        # (bucket, speculative) -> [ms, model ms, w] (RATE_DECAY) and [tokens, model tokens, w] (TOKEN_DECAY)
-        self.sums: dict[tuple[int, bool], list[float]] = {}
-        self.tokens: dict[tuple[int, bool], list[float]] = {}
+        self.weights: dict[tuple[int, bool], float] = {}  # (bucket, speculative) -> rounds, RATE_DECAY
+        self.tokens: dict[tuple[int, bool], list[float]] = {}  # ... -> [tokens, model tokens, w], TOKEN_DECAY
 
     @staticmethod
     def bucket(batch: int) -> int:
         """Batch bucket: 1, 2 (2-3), 4 (4-7) or 8 (8 and more sequences): the largest of ``BUCKETS`` <= batch."""
         return max(b for b in BUCKETS if b <= max(1, batch))
 
-    def observe(self, batch: int, speculative: bool, tokens: int, ms: float, model_tokens: float,
-                model_ms: float) -> None:
-        """One round: ``tokens`` committed in ``ms`` (the workers' draft + verify ms), where the
-        model expected ``model_tokens`` in ``model_ms``."""
-        if ms <= 0 or model_ms <= 0 or model_tokens <= 0:
+    def observe(self, batch: int, speculative: bool, tokens: float, model_tokens: float) -> None:
+        """One round of ``batch`` sequences committed ``tokens`` where the model expected ``model_tokens``
+        (a round without a model, ``model_tokens`` <= 0, is ignored)."""
+        if model_tokens <= 0:
             return
         b = self.bucket(batch)
         for kind in {speculative, True} if b == 1 else (speculative,):
             # one sequence: the speculative reading ages with plain rounds too, so a stale one
-            # (speculation measured slow once, then never chosen again) fades below MIN_RATE_WEIGHT
+            # (speculation measured short once, then never chosen again) fades below MIN_RATE_WEIGHT
             # after ~15 plain rounds and the model decides again (in-process HumanEval: prompts
-            # decoded plainly to the end after one slow reading). The plain reading ages with plain
+            # decoded plainly to the end after one poor reading). The plain reading ages with plain
             # rounds only: ageing it with every round made every 4th round a plain probe. Larger
             # batches keep theirs: re-trying speculation there makes every draft catch up (HTTP, 8
             # streams: 0.78x)
-            if (b, kind) in self.sums:
-                self.sums[(b, kind)] = [x * RATE_DECAY for x in self.sums[(b, kind)]]
-        if not speculative and (b, False) not in self.sums and (b, True) in self.sums:
-            self.sums[(b, True)][0] *= model_ms / ms  # tree readings so far: as if read at this first plain speed
-        m, mm, w = self.sums.get((b, speculative), [0.0] * 3)
-        drift = self._plain_time(b) if speculative else 1.0  # a tree round's ms in the plain rounds' host speed
-        self.sums[(b, speculative)] = [m + ms * drift, mm + model_ms, w + 1]
+            if (b, kind) in self.weights:
+                self.weights[(b, kind)] *= RATE_DECAY
+        self.weights[(b, speculative)] = self.weights.get((b, speculative), 0.0) + 1
         t, mt, tw = (x * TOKEN_DECAY for x in self.tokens.get((b, speculative), [0.0] * 3))
         self.tokens[(b, speculative)] = [t + tokens, mt + model_tokens, tw + 1]
 
     def measured(self, batch: int, speculative: bool) -> bool:
         """Whether this kind has ``MIN_RATE_WEIGHT`` decayed rounds in ``batch``'s bucket."""
-        return self.sums.get((self.bucket(batch), speculative), [0.0] * 3)[2] >= MIN_RATE_WEIGHT
+        return self.weights.get((self.bucket(batch), speculative), 0.0) >= MIN_RATE_WEIGHT
 
     def factor(self, batch: int, speculative: bool) -> float:
-        """Measured rate / modelled rate in ``batch``'s bucket: (modelled / measured ms) x (committed +
-        prior) / (modelled tokens + prior), the prior ``TOKEN_PRIOR_ROUNDS`` x the mean modelled tokens
-        per round. Before ``MIN_RATE_WEIGHT`` rounds there, the nearest smaller measured bucket's factor
-        (the model's error carries over to a neighbouring batch size better than no correction: without
-        one, the first rounds at a new, larger batch take the model's word), else 1.0."""
+        """Committed / modelled tokens in ``batch``'s bucket, shrunk: (committed + prior) / (modelled +
+        prior), the prior ``TOKEN_PRIOR_ROUNDS`` x the mean modelled tokens per round. Before
+        ``MIN_RATE_WEIGHT`` rounds there, the nearest smaller measured bucket's factor (the model's error
+        carries over to a neighbouring batch size better than no correction), else 1.0."""
         b = self.bucket(batch)
         for bucket in sorted((k for k in BUCKETS if k <= b), reverse=True):
-            m, mm, w = self.sums.get((bucket, speculative), [0.0] * 3)
-            if w >= MIN_RATE_WEIGHT and m > 0:
+            if self.measured(bucket, speculative):
                 t, mt, tw = self.tokens[(bucket, speculative)]
                 prior = TOKEN_PRIOR_ROUNDS * mt / tw
-                drift = self._plain_time(bucket) if speculative else 1.0
-                return (mm / m) * drift * (t + prior) / (mt + prior)
+                return (t + prior) / (mt + prior)
         return 1.0
-
-    def _plain_time(self, bucket: int) -> float:
-        """The plain rounds' time factor (modelled / measured ms) in ``bucket`` from its first reading
-        on (1.0 before: tree readings are rescaled by that first one), whatever its weight."""
-        m, mm, _ = self.sums.get((bucket, False), [0.0] * 3)
-        return mm / m if m > 0 else 1.0

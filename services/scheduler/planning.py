@@ -241,7 +241,7 @@ class Planner:
         without its grafts)."""
         tokens, round_ms = sum(n for _, n in committed), rnd.draft_ms + rnd.verify_ms
         self.policy.observe_verify(len(committed), len(committed) + nodes, rnd.verify_ms)
-        self.policy.observe_round(nodes > 0, tokens, round_ms, 0.0 if rnd.guessed else rnd.draft_ms,
+        self.policy.observe_round(nodes > 0, tokens, 0.0 if rnd.guessed else rnd.draft_ms,
                                   grafted=bool(rnd.grafts), appended=None if rnd.guessed else rnd.appended)
         for seq, n in committed:
             seq.lookup.rates.observe(len(committed), seq.request_id in rnd.grafts, n, round_ms)

@@ -38,6 +38,12 @@ class CostPrices:
         if self.verify is not None:
             self.verify_cost.observe(self.verify.ms(rows), batch, rows, ms)
 
+    @staticmethod
+    def append_tokens(batch: int, expected: float) -> int:
+        """Tokens a round's drafts first append (prefill) when each of ``batch`` sequences committed
+        ``expected`` accepted draft tokens and the bonus token in the round before (at least 1)."""
+        return max(1, round(batch * (expected + 1)))
+
     def _draft_ms(self, batch: int, size: int, depth: int, expected: float) -> float:
         """Predicted draft ms of a round's trees: the curve's (``_draft_curve_ms``) times the
         measured correction at this batch and depth (``draft_cost``)."""
@@ -47,7 +53,7 @@ class CostPrices:
         """Append the committed tokens (``expected`` accepted draft tokens + the bonus per sequence), then one
         pass per further level over ``level_width`` frontier nodes of each sequence's ``size``-node tree
         (start-up curve ms)."""
-        append = self.draft.ms(max(1, round(batch * (expected + 1))))
+        append = self.draft.ms(self.append_tokens(batch, expected))
         key = (batch, size, depth)  # memoised: the policy prices every (size, depth) cell each round
         if key not in self._levels_ms:
             self._levels_ms[key] = sum(self.draft.ms(batch * level_width(size, d, self.width)) for d in range(1, depth))

@@ -33,11 +33,10 @@ Both curves are corrected by measured ms per (batch, size) bucket (``CostCorrect
 verifier's by rows, the draft's by depth, from rounds without a catch-up (the level passes cost
 about twice the curve at batch 1 on the 2-core host: logits, top-k and the tree mask per level).
 The model can still be wrong (acceptance drifting with the text, lookup rows, load), so
-``Calibration`` (``estimates.py``, with the cost curves and the acceptance table) checks it:
-measured over modelled tokens per ms (the ms as the curves price the round's shape once its own
-costs corrected them: ``_priced_ms``), for speculative and for plain
-rounds (a fast time factor times a slow, shrunk token factor), scales the model's rates;
-speculation that measured slower than plain decodes plainly.
+``Calibration`` (``estimates.py``, with the cost curves and the acceptance table) checks its tokens:
+committed over modelled tokens (slow, shrunk toward 1), for speculative and for plain rounds, scales
+the model's rates, so trees that keep committing less than the table expects decode plainly; their
+ms are priced by the corrected curves alone.
 Rounds that carried prompt-lookup nodes are left out of it (their rows are outside the model),
 and so are tree rounds whose drafts first caught up on a backlog (a one-off prefill).
 
@@ -181,7 +180,7 @@ class TreePolicy(CostPrices):
         if best != (0, 0) and backlog == 0:
             exp = self.table.expected(SIZES.index(best[0]), best[1])
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
-            self.draft_append = max(1, round(batch * (exp + 1)))
+            self.draft_append = self.append_tokens(batch, exp)
         factors = self.calibration.factor(batch, True), self.calibration.factor(batch, False)
         self.last_reason = (f"max expected tokens/ms {rate:.4f} at batch {batch} (calibration: speculative "
                             f"{factors[0]:.2f}, plain {factors[1]:.2f})")
@@ -241,11 +240,11 @@ class TreePolicy(CostPrices):
             return EXPLORE_EVERY
         return EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR * 2 ** min(self.plain_explores, PLAIN_EXPLORE_BACKOFF)
 
-    def observe_round(self, speculative: bool, tokens: int, ms: float, draft_ms: float = 0.0,
+    def observe_round(self, speculative: bool, tokens: int, draft_ms: float = 0.0,
                       grafted: bool = False, appended: int | None = None) -> None:
-        """A finished decode round (``tokens`` committed in ``ms`` of draft + verify work, of
-        which ``draft_ms`` drafting the chosen trees; 0 = unknown) calibrates the model's
-        prediction for the shape chosen for it, and the draft's cost per level, both priced with the
+        """A finished decode round (``tokens`` committed, ``draft_ms`` drafting the chosen trees; 0 =
+        unknown; its verify ms go to ``observe_verify``) calibrates the tokens the model predicted for
+        the shape chosen for it, and corrects the draft's cost per level, priced with the
         ``appended`` tokens the drafts first prefilled this round (None: as modelled, what the
         trees' expected accepted paths commit). A round after a deeper one (an explore, a 4-node tree,
         accepted lookup nodes) appends more: priced as modelled, a 1-node round after 4-node trees at
@@ -266,18 +265,14 @@ class TreePolicy(CostPrices):
             self.draft_cost.observe(curve_ms + extra, batch, depth, draft_ms)
         if self.modelled is not None and self.modelled[1] == speculative and not grafted:
             batch, _, model_tokens, _ = self.modelled
-            extra_ms = extra * self.draft_cost.factor(batch, self.modelled_shape[1]) if speculative else 0.0
-            self.calibration.observe(batch, speculative, tokens, ms, model_tokens,
-                                     self._priced_ms(batch, *self.modelled_shape) + extra_ms)
+            self.calibration.observe(batch, speculative, tokens, model_tokens)
 
     def _priced_ms(self, batch: int, size: int, depth: int, exp: float | None = None) -> float:
         """ms of a round of (``size``, ``depth``) trees ((0, 0): plain) at ``batch`` as the corrected
         curves price it now (``exp``: expected accepted draft tokens, default the acceptance table's);
-        ``_modelled_best`` prices every shape with it. Calibration compares a round with this price,
-        taken after the round's own costs corrected the curves: the corrections learn the cost per rows
-        and per depth, so one shape
-        that cost more than its curve (4-node trees at 8 streams: 40 rows, 2x a plain pass on an AMX
-        host) does not leave a factor that also prices a shape the curves already got right (1-node
+        ``_modelled_best`` prices every shape with it: the corrections learn the cost per rows and per
+        depth, so one shape that cost more than its curve (4-node trees at 8 streams: 40 rows, 2x a plain
+        pass on an AMX host) does not also raise the price of a shape the curves already got right (1-node
         trees there: 16 rows, about a plain pass)."""
         if size == 0:
             return self.verify_ms(batch, batch)

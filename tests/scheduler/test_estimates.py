@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from common.tree import TokenTree
-from services.scheduler.estimates import COLD_START_TREES, PRIOR_WEIGHT, SIZES, AcceptanceTable, Calibration, CostCurve
+from services.scheduler.estimates import (COLD_START_TREES, PRIOR_WEIGHT, SIZES, TOKEN_DECAY, TOKEN_PRIOR_ROUNDS,
+                                         AcceptanceTable, Calibration, CostCurve)
 from services.scheduler.lookup_policy import DECAY
 from tests.scheduler.trees import chain_tree
 
@@ -114,54 +115,37 @@ class TestAcceptanceTable:
 
 class TestCalibration:
     def test_a_stale_speculative_reading_fades_for_one_sequence_only(self):
-        """At batch 1, ~15 plain rounds age a slow speculative reading out (factor back to 1.0, the
+        """At batch 1, ~15 plain rounds age a short-falling speculative reading out (factor back to 1.0, the
         model decides again); at a batch of 8 it stays (re-trying would make every draft catch up)."""
         c = Calibration()
         for batch in (1, 8):
             for _ in range(5):
-                c.observe(batch, True, tokens=4, ms=200.0, model_tokens=4, model_ms=100.0)
+                c.observe(batch, True, tokens=batch, model_tokens=4 * batch)
             for _ in range(20):
-                c.observe(batch, False, tokens=1, ms=50.0, model_tokens=1, model_ms=50.0)
+                c.observe(batch, False, tokens=batch, model_tokens=batch)
         assert c.factor(1, True) == 1.0 and not c.measured(1, True)
-        assert c.factor(8, True) == pytest.approx(0.5) and c.factor(1, False) == pytest.approx(1.0)
+        assert c.factor(8, True) < 0.8 and c.factor(1, False) == pytest.approx(1.0)
 
-    def test_a_speculative_reading_from_a_slow_minute_follows_the_plain_rounds_when_the_host_speeds_up(self):
-        """At a batch of 8, trees and plain both read 0.8 in a slow minute; when plain rounds then read
-        1.0 the frozen tree reading rises with them (relative to plain it stays what was measured), and
-        while both kinds run at one speed the factor is the trees' own reading."""
+    def test_the_factor_is_committed_over_modelled_tokens_shrunk_toward_one(self):
+        """With TOKEN_PRIOR_ROUNDS rounds' worth of modelled tokens as prior, rounds that commit exactly what
+        was modelled read 1.0 and rounds at half of it read (t + prior) / (mt + prior)."""
         c = Calibration()
         for _ in range(3):
-            c.observe(8, False, tokens=8, ms=125.0, model_tokens=8, model_ms=100.0)
-            c.observe(8, True, tokens=16, ms=250.0, model_tokens=16, model_ms=200.0)
-        assert c.factor(8, True) == pytest.approx(0.8) and c.factor(8, False) == pytest.approx(0.8)
-        for _ in range(30):
-            c.observe(8, False, tokens=8, ms=100.0, model_tokens=8, model_ms=100.0)
-        assert c.factor(8, False) == pytest.approx(1.0, rel=0.02) and c.factor(8, True) == pytest.approx(1.0, rel=0.02)
-        for _ in range(30):
-            c.observe(8, True, tokens=16, ms=400.0, model_tokens=16, model_ms=200.0)  # trees now at half the model
-        assert c.factor(8, True) == pytest.approx(0.5, rel=0.02)
-
-    def test_tree_readings_before_any_plain_round_are_anchored_at_the_first_plain_speed(self):
-        """Tree rounds read before the bucket's first plain round keep their own factor when plain rounds
-        then read the same speed, and follow plain from there."""
-        c = Calibration()
-        for _ in range(3):
-            c.observe(8, True, tokens=16, ms=250.0, model_tokens=16, model_ms=200.0)
-        for _ in range(3):
-            c.observe(8, False, tokens=8, ms=125.0, model_tokens=8, model_ms=100.0)
-        assert c.factor(8, True) == pytest.approx(0.8)
-        for _ in range(30):
-            c.observe(8, False, tokens=8, ms=100.0, model_tokens=8, model_ms=100.0)
-        assert c.factor(8, True) == pytest.approx(1.0, rel=0.02)
+            c.observe(4, True, tokens=12, model_tokens=12)
+            c.observe(8, True, tokens=8, model_tokens=16)
+        assert c.factor(4, True) == pytest.approx(1.0)
+        w = sum(TOKEN_DECAY ** i for i in range(3))
+        prior = TOKEN_PRIOR_ROUNDS * 16
+        assert c.factor(8, True) == pytest.approx((8 * w + prior) / (16 * w + prior))
 
     def test_speculative_rounds_do_not_age_the_plain_reading(self):
         """At batch 1 a plain reading stays measured through many speculative rounds (no plain
         probe every few rounds); only its own rounds decay it."""
         c = Calibration()
         for _ in range(3):
-            c.observe(1, False, tokens=1, ms=50.0, model_tokens=1, model_ms=50.0)
+            c.observe(1, False, tokens=1, model_tokens=1)
         for _ in range(30):
-            c.observe(1, True, tokens=4, ms=100.0, model_tokens=4, model_ms=100.0)
+            c.observe(1, True, tokens=4, model_tokens=4)
         assert c.measured(1, False) and c.measured(1, True)
 
     def test_an_unmeasured_batch_takes_the_nearest_smaller_measured_factor(self):
@@ -169,39 +153,32 @@ class TestCalibration:
         and its own readings replace it once measured."""
         c = Calibration()
         for _ in range(3):
-            c.observe(2, True, tokens=4, ms=200.0, model_tokens=4, model_ms=100.0)  # speculation at 0.5x the model
-            c.observe(8, False, tokens=8, ms=100.0, model_tokens=8, model_ms=200.0)  # plain at 2x
-        assert c.factor(8, True) == pytest.approx(0.5) and c.factor(4, True) == pytest.approx(0.5)
-        assert c.factor(1, True) == 1.0 and c.factor(4, False) == 1.0 and c.factor(8, False) == pytest.approx(2.0)
+            c.observe(2, True, tokens=2, model_tokens=8)  # trees commit a quarter of the modelled tokens
+            c.observe(8, False, tokens=8, model_tokens=8)
+        short = c.factor(2, True)
+        assert short < 0.8 and c.factor(8, True) == short and c.factor(4, True) == short
+        assert c.factor(1, True) == 1.0 and c.factor(4, False) == 1.0 and c.factor(8, False) == pytest.approx(1.0)
         for _ in range(3):
-            c.observe(8, True, tokens=4, ms=100.0, model_tokens=4, model_ms=100.0)
-        assert c.factor(8, True) == pytest.approx(1.0, rel=0.01)
+            c.observe(8, True, tokens=4, model_tokens=4)
+        assert c.factor(8, True) == pytest.approx(1.0)
 
     def test_one_short_tree_moves_the_factor_little_a_lasting_shortfall_moves_it(self):
-        """The token factor is shrunk toward 1 and slow: one tree that commits 1 of 5 modelled tokens
-        costs at most 10% after a run at the model's rate, while 60 rounds at half the modelled tokens
-        bring the factor near 0.5."""
+        """The factor is shrunk toward 1 and slow: one tree that commits 1 of 5 modelled tokens costs at
+        most 10% after a run at the model's rate, while 60 rounds at half the modelled tokens bring the
+        factor near 0.5."""
         c = Calibration()
         for _ in range(10):
-            c.observe(1, True, tokens=5, ms=100.0, model_tokens=5, model_ms=100.0)
-        c.observe(1, True, tokens=1, ms=100.0, model_tokens=5, model_ms=100.0)
+            c.observe(1, True, tokens=5, model_tokens=5)
+        c.observe(1, True, tokens=1, model_tokens=5)
         assert 0.9 <= c.factor(1, True) < 1.0
         for _ in range(60):
-            c.observe(1, True, tokens=2.5, ms=100.0, model_tokens=5, model_ms=100.0)
+            c.observe(1, True, tokens=2.5, model_tokens=5)
         assert 0.5 < c.factor(1, True) < 0.65
 
-    def test_the_time_factor_follows_the_measured_ms_within_a_few_rounds(self):
-        """Rounds that take twice the modelled ms halve the factor after MIN_RATE_WEIGHT rounds (their
-        ms are a low-noise reading of the cost model's error); tokens as modelled leave it there."""
-        c = Calibration()
-        for _ in range(3):
-            c.observe(4, True, tokens=12, ms=200.0, model_tokens=12, model_ms=100.0)
-        assert c.factor(4, True) == pytest.approx(0.5)
-
-    def test_zero_ms_rounds_are_ignored(self):
-        """A round without measured ms (or without a model) does not calibrate."""
+    def test_a_round_without_a_model_is_ignored(self):
+        """A round with no modelled tokens does not calibrate; batch sizes map to their buckets."""
         c = Calibration()
         for _ in range(5):
-            c.observe(1, True, tokens=4, ms=0.0, model_tokens=4, model_ms=100.0)
-        assert c.factor(1, True) == 1.0 and (1, True) not in c.sums
+            c.observe(1, True, tokens=4, model_tokens=0)
+        assert c.factor(1, True) == 1.0 and (1, True) not in c.tokens and not c.measured(1, True)
         assert [Calibration.bucket(b) for b in (1, 2, 3, 4, 7, 8, 64)] == [1, 2, 2, 4, 4, 8, 8]

@@ -77,27 +77,28 @@ class TestDegraded:
 
 class TestCalibration:
     def test_decode_rounds_calibrate_the_policy_prefill_rounds_do_not(self):
-        """A plain decode round reports its committed tokens and worker ms to the tree policy's calibration; the prefill round does not."""
+        """A plain decode round reports its committed tokens to the tree policy's calibration and its verify ms to the verify cost; the prefill round does neither."""
         drv = driver(draft=False)
         drv.had_draft = True
         seen = []
-        drv.policy.observe_round = lambda speculative, tokens, ms, draft_ms=0.0, grafted=False, appended=None: \
-            seen.append((speculative, tokens, ms))
+        drv.policy.observe_round = lambda speculative, tokens, draft_ms=0.0, grafted=False, appended=None: \
+            seen.append((speculative, tokens))
+        drv.policy.observe_verify = lambda batch, rows, ms: seen.append((batch, rows, ms))
         drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS))
         for bonus in (7, 8, 9):
             (_, step), = drv.start(0.0)
             drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=50.0,
                                                       outs={"r": wire.VerifyOut(accepted=[], bonus=bonus)}), 0.0)
-        assert seen == [(False, 1, 50.0), (False, 1, 50.0)]  # two decode rounds; the prefill round is left out
+        assert seen == [(1, 1, 50.0), (False, 1)] * 2  # two decode rounds; the prefill round is left out
 
     def test_a_drafted_round_reports_its_draft_ms(self):
-        """A speculative round hands the policy its draft worker's ms apart from the total and the tokens
+        """A speculative round hands the policy its committed tokens, its draft worker's ms and the tokens
         its draft prefilled first (here the prompt and the first token), so the draft curve's correction
         per level is measured (``TreePolicy.draft_cost``)."""
         drv = driver(draft=True)
         seen = []
-        drv.policy.observe_round = lambda speculative, tokens, ms, draft_ms=0.0, grafted=False, appended=None: \
-            seen.append((speculative, ms, draft_ms, appended))
+        drv.policy.observe_round = lambda speculative, tokens, draft_ms=0.0, grafted=False, appended=None: \
+            seen.append((speculative, tokens, draft_ms, appended))
         drv.submit(GW, wire.Submit(request_id="r", prompt=[1, 2, 3], params=PARAMS))
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"r": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
@@ -106,14 +107,14 @@ class TestCalibration:
                                                             draft_ms=30.0), 0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, verify_ms=50.0,
                                                   outs={"r": wire.VerifyOut(accepted=[0], bonus=8)}), 0.0)
-        assert seen == [(True, 80.0, 30.0, 4)]
+        assert seen == [(True, 2, 30.0, 4)]
 
     def test_a_round_with_lookup_grafts_says_so(self):
         """A round whose verifier scored prompt-lookup nodes reports them (grafted) to the policy, which leaves
         such rounds out of its calibration; a round without grafts reports none."""
         drv, step = repeating_and_new()
         seen = []
-        drv.policy.observe_round = lambda speculative, tokens, ms, draft_ms=0.0, grafted=False, appended=None: \
+        drv.policy.observe_round = lambda speculative, tokens, draft_ms=0.0, grafted=False, appended=None: \
             seen.append(grafted)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, verify_ms=40.0, outs={
             "rep": wire.VerifyOut(accepted=[0, 1], bonus=7), "new": wire.VerifyOut(accepted=[], bonus=28)}), 0.0)
