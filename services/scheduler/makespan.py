@@ -86,6 +86,15 @@ class DraftFit:
         self.own = self.own * FIT_DECAY + own
         self.batch = self.batch * FIT_DECAY + batch_mean
 
+    def age(self) -> None:
+        """A round where this sequence committed tokens without a draft tree of the round's shape (a plain
+        round, a deferred or explorer sequence): its text moved on unobserved, so the readings decay by
+        ``FIT_DECAY`` and the fit drifts back toward 1. Without it, a fit read in a wave's first tree rounds
+        outlived them: in process at 8 streams one cold 4x4 round left the critical sequence at 0.56, the
+        batch decoded plainly, no tree observed it again, and the wave stayed plain to its end."""
+        self.own *= FIT_DECAY
+        self.batch *= FIT_DECAY
+
     def ratio(self) -> float:
         """Own over batch-mean accepted tokens (> 0)."""
         return (self.own + FIT_PRIOR) / (self.batch + FIT_PRIOR)

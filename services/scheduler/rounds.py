@@ -263,6 +263,8 @@ class RoundDriver:
                         and sid not in rnd.prefill and sid not in rnd.deferred)
             self.plain_steps += int(degraded)
             fit = self.planner.observe_tree(rnd, seq, wire.tree_from_wire(tree))
+            if fit is None:
+                seq.fit.age()
             by_draft += [fit] if fit is not None else []
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)

@@ -67,7 +67,7 @@ PLAIN_EXPLORE_BACKOFF = 5  # ... and twice as rarely again after each explore th
 # 110-token prompt (0.7 s); one every 32 rounds made speculation 0.66-0.87x plain on the first prompts.
 # The share halves after each explore that left plain best (up to 2^PLAIN_EXPLORE_BACKOFF x).
 PLAIN_EXPLORE_SHARE = 0.05
-PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain rate current
+PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain verify price current
 # A tree must beat plain decoding's rate by this fraction: its explore rounds and its draft's
 # catch-ups are outside the model, and near break-even (a batch of 4-8 on 2 cores, where every
 # verified row costs nearly a plain row) they made speculation 10-30% slower than plain (HTTP runs).
@@ -164,7 +164,7 @@ class TreePolicy(CostPrices):
         return AUTO_DEFAULT_SIZE, self.max_depth
 
     def _probe_plain(self, batch: int) -> tuple[int, int]:
-        """A plain round that measures plain decoding's rate (calibrated, no lookup grafts: ``probing_plain``)."""
+        """A plain round that measures plain decoding's verify price (no lookup grafts: ``probing_plain``)."""
         self.last_reason, self.probing_plain = "measure plain", True
         self.modelled, self.modelled_shape = (batch, False, batch, self._priced_ms(batch, 0, 0)), (0, 0)
         self.plain_ms += self.modelled[3]

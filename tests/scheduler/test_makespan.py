@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler.makespan import (FIT_PRIOR, OFF_PATH_VALUE, REFILL_ROUNDS, DraftFit, Refills, critical_fit,
+from services.scheduler.makespan import (FIT_DECAY, FIT_PRIOR, OFF_PATH_VALUE, REFILL_ROUNDS, DraftFit, Refills, critical_fit,
                                          observe_fits, path_values)
 
 
@@ -66,6 +66,19 @@ class TestDraftFit:
         observe_fits([(weak, 1), (strong, 5)])
         assert weak.ratio() == pytest.approx((1 + FIT_PRIOR) / (3 + FIT_PRIOR))
         assert strong.ratio() == pytest.approx((5 + FIT_PRIOR) / (3 + FIT_PRIOR))
+
+    def test_rounds_without_a_tree_bring_the_fit_back_toward_one(self):
+        """A fit read low in one round decays toward 1.0 over rounds that observe nothing (each keeps
+        FIT_DECAY of the readings), and stays below 1 while readings remain."""
+        weak, strong = DraftFit(), DraftFit()
+        observe_fits([(weak, 0), (strong, 6)])
+        low = weak.ratio()
+        weak.age()
+        assert low < weak.ratio() < 1.0
+        assert weak.ratio() == pytest.approx((0 + FIT_PRIOR) / (3 * FIT_DECAY + FIT_PRIOR))
+        for _ in range(30):
+            weak.age()
+        assert weak.ratio() == pytest.approx(1.0, abs=0.1)
 
     def test_a_lone_drafted_tree_says_nothing(self):
         """A round where one sequence drafted (the others decoded plainly or explored) leaves its fit unchanged."""

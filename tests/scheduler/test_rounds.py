@@ -173,6 +173,29 @@ class TestPathValues:
         drv.start(0.0)
         assert a.fit.ratio() < 1.0 < b.fit.ratio() and seen == [a.fit.ratio()]
 
+    def test_a_plain_round_ages_the_fits_it_did_not_observe(self):
+        """After "a"'s draft tree was rejected and "b"'s accepted, a plain round moves both fits back
+        toward 1 (their texts moved on with no tree to read them)."""
+        drv = driver(draft=True)
+        for rid in ("a", "b"):
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=PARAMS))
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (1, 1)
+        (_, draft), = drv.start(0.0)
+        (_, verify), = drv.on_draft(DRAFT, wire.DraftResult(round=draft.round, trees={
+            "a": one_node_tree(), "b": one_node_tree()}), 0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs={
+            "a": wire.VerifyOut(accepted=[], bonus=9), "b": wire.VerifyOut(accepted=[0], bonus=9)}), 0.0)
+        a, b = drv.core.running["a"], drv.core.running["b"]
+        before = a.fit.ratio(), b.fit.ratio()
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (0, 0)
+        (_, step), = drv.start(0.0)
+        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
+            sid: wire.VerifyOut(accepted=[], bonus=5) for sid in ("a", "b")}), 0.0)
+        assert before[0] < a.fit.ratio() < 1.0 < b.fit.ratio() < before[1]
+
     def test_a_waiting_request_makes_every_token_count(self):
         """While a request waits for a slot, a request that ends early frees it for that one: every sequence values its lookup tokens at 1."""
         drv, values = self.start_decode([8, 32, 32, 32, 32])
