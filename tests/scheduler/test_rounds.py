@@ -151,9 +151,10 @@ class TestPathValues:
         _, values = self.start_decode([8, 32, 32])
         assert values == {"r0": OFF_PATH_VALUE, "r1": 1.0, "r2": 1.0}
 
-    def test_the_draft_fit_of_the_critical_path_reaches_the_policy(self):
-        """After a round where "a"'s one-node draft tree was rejected and "b"'s accepted, the next
-        round's choice is told "a"'s fit, below 1: "a" has the most tokens left and nothing waits."""
+    @staticmethod
+    def rejected_and_accepted() -> RoundDriver:
+        """A driver with requests "a" and "b" (max_tokens 100) past a round of one-node draft trees where
+        "a"'s tree was rejected and "b"'s accepted."""
         drv = driver(draft=True)
         params = msgspec.structs.replace(PARAMS, max_tokens=100)
         for rid in ("a", "b"):
@@ -167,6 +168,12 @@ class TestPathValues:
             "a": one_node_tree(), "b": one_node_tree()}), 0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs={
             "a": wire.VerifyOut(accepted=[], bonus=9), "b": wire.VerifyOut(accepted=[0], bonus=9)}), 0.0)
+        return drv
+
+    def test_the_draft_fit_of_the_critical_path_reaches_the_policy(self):
+        """After a round where "a"'s one-node draft tree was rejected and "b"'s accepted, the next
+        round's choice is told "a"'s fit, below 1: "a" has the most tokens left and nothing waits."""
+        drv = self.rejected_and_accepted()
         a, b = drv.core.running["a"], drv.core.running["b"]
         seen = []
         drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(fit) or (0, 0)
@@ -176,18 +183,7 @@ class TestPathValues:
     def test_a_plain_round_ages_the_fits_it_did_not_observe(self):
         """After "a"'s draft tree was rejected and "b"'s accepted, a plain round moves both fits back
         toward 1 (their texts moved on with no tree to read them)."""
-        drv = driver(draft=True)
-        for rid in ("a", "b"):
-            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=PARAMS))
-        (_, step), = drv.start(0.0)
-        drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
-            sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (1, 1)
-        (_, draft), = drv.start(0.0)
-        (_, verify), = drv.on_draft(DRAFT, wire.DraftResult(round=draft.round, trees={
-            "a": one_node_tree(), "b": one_node_tree()}), 0.0)
-        drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs={
-            "a": wire.VerifyOut(accepted=[], bonus=9), "b": wire.VerifyOut(accepted=[0], bonus=9)}), 0.0)
+        drv = self.rejected_and_accepted()
         a, b = drv.core.running["a"], drv.core.running["b"]
         before = a.fit.ratio(), b.fit.ratio()
         drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (0, 0)
