@@ -98,7 +98,6 @@ class TreePolicy(CostPrices):
         self.probing_plain = False
         self.calibration = Calibration()
         self.modelled: tuple[int, bool, float, float] | None = None  # (batch, speculative, tokens, ms) last chosen
-        self.modelled_shape: tuple[int, int] = (0, 0)  # ... and its (size, depth)
         self.plain_explores = 0  # explore rounds since plain decoding became best (reset when a tree wins)
         self.plain_ms = 0.0  # modelled ms of plain rounds since the last explore
         # the last priced round's best tree ((0, 0): none priced), its rate and the rate it had to beat (tokens/ms)
@@ -166,7 +165,7 @@ class TreePolicy(CostPrices):
     def _probe_plain(self, batch: int) -> tuple[int, int]:
         """A plain round that measures plain decoding's verify price (no lookup grafts: ``probing_plain``)."""
         self.last_reason, self.probing_plain = "measure plain", True
-        self.modelled, self.modelled_shape = (batch, False, batch, self._priced_ms(batch, 0, 0)), (0, 0)
+        self.modelled = (batch, False, batch, self._priced_ms(batch, 0, 0))
         self.plain_ms += self.modelled[3]
         return 0, 0
 
@@ -176,7 +175,6 @@ class TreePolicy(CostPrices):
         for calibration (not a tree round that first prefills a ``backlog``: its ms is mostly that one-off
         catch-up, which would also blur the level passes' cost) and named in ``last_reason``."""
         self.modelled = None if best != (0, 0) and backlog > 0 else model
-        self.modelled_shape = best
         if best != (0, 0) and backlog == 0:
             exp = self.table.expected(SIZES.index(best[0]), best[1])
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
