@@ -21,9 +21,8 @@ are the batch's largest. Unless a request waits or clients were seen refilling (
   8 streams a worth of 0.5 still grafted in 16-28 of 124-126 rounds per run (a copying request gains
   8 tokens for 8 rows), a worth of 0 in 11-13 of 125-127 (explores, the critical path);
 * a draft tree, one shape for the whole batch, is judged by what the critical path accepts: the
-  tree policy's expected accepted tokens times the critical sequences' pooled ``DraftFit`` (how
-  well the draft predicts a sequence relative to its batch; those within one round's tokens of the
-  last one count, ``critical_fit``). In HTTP 8-stream waves, rounds with
+  tree policy's expected accepted tokens times the critical sequences' lowest ``DraftFit`` (how
+  well the draft predicts a sequence relative to its batch). In HTTP 8-stream waves, rounds with
   tree or lookup nodes committed 0.065-0.069 tokens per worker-ms against the plain rounds'
   0.046-0.052, and the waves still took 124-126 rounds to plain's 128-129: the slowest request is
   slowest because the draft and lookup predict it worst.
@@ -36,9 +35,7 @@ from __future__ import annotations
 OFF_PATH_VALUE = 0.0  # worth of a lookup token to a request off the critical path: its slot will idle
 REFILL_ROUNDS = 4  # rounds after a finish within which an admitted request counts as a refill
 FIT_DECAY = 0.9  # weight of older rounds in a sequence's draft fit
-# rounds of the batch's mean acceptance a fit is shrunk toward 1 with: a fit of 2 tokens, less than one
-# 4x4 tree's accepted path, let one cold round read the critical path at 0.48-0.62 in process at 8 streams
-FIT_PRIOR_ROUNDS = 4.0
+FIT_PRIOR = 2.0  # tokens of batch-mean acceptance a fit starts from (a few rounds outweigh it)
 
 
 class Refills:
@@ -78,17 +75,16 @@ class Refills:
 class DraftFit:
     """How well the draft model predicts one sequence relative to the rest of its batch: decayed
     draft-accepted tokens of its trees over the batch's mean in the same rounds, shrunk toward 1
-    by ``FIT_PRIOR_ROUNDS`` rounds of that mean (``prior``; 1.0 before any round)."""
+    by ``FIT_PRIOR`` tokens (1.0 before any round)."""
 
     def __init__(self) -> None:
-        self.own = self.batch = self.rounds = 0.0  # decayed by FIT_DECAY: tokens, tokens, rounds
+        self.own = self.batch = 0.0
 
     def observe(self, own: int, batch_mean: float) -> None:
         """A round where this sequence's draft tree had ``own`` tokens accepted and the batch's
         trees (same shape) ``batch_mean`` on average (tokens)."""
         self.own = self.own * FIT_DECAY + own
         self.batch = self.batch * FIT_DECAY + batch_mean
-        self.rounds = self.rounds * FIT_DECAY + 1
 
     def age(self) -> None:
         """A round where this sequence committed tokens without a draft tree of the round's shape (a plain
@@ -98,15 +94,10 @@ class DraftFit:
         batch decoded plainly, no tree observed it again, and the wave stayed plain to its end."""
         self.own *= FIT_DECAY
         self.batch *= FIT_DECAY
-        self.rounds *= FIT_DECAY
-
-    def prior(self) -> float:
-        """``FIT_PRIOR_ROUNDS`` rounds of the batch's mean accepted tokens per round (tokens; 0 before any)."""
-        return FIT_PRIOR_ROUNDS * self.batch / self.rounds if self.rounds > 0 else 0.0
 
     def ratio(self) -> float:
-        """Own over batch-mean accepted tokens, shrunk toward 1 (> 0; 1.0 without readings)."""
-        return pooled([self])
+        """Own over batch-mean accepted tokens (> 0)."""
+        return (self.own + FIT_PRIOR) / (self.batch + FIT_PRIOR)
 
 
 def observe_fits(accepted: list[tuple[DraftFit, int]]) -> None:
@@ -119,38 +110,21 @@ def observe_fits(accepted: list[tuple[DraftFit, int]]) -> None:
         fit.observe(own, mean)
 
 
-def on_path(remaining: list[float], refilled: bool, slack: float = 0.0) -> list[bool] | None:
+def on_path(remaining: list[float], refilled: bool) -> list[bool] | None:
     """Per sequence, from their expected remaining tokens (one per sequence, >= 0), whether it is on
-    the critical path (the largest remaining, ties and those within ``slack`` tokens of it included);
-    None when every token counts: ``refilled`` (a request waits or clients refill) or a lone sequence."""
+    the critical path (the largest remaining, ties included); None when every token counts:
+    ``refilled`` (a request waits or clients refill) or a lone sequence."""
     if refilled or len(remaining) < 2:
         return None
     top = max(remaining)
-    return [r >= top - slack for r in remaining]
+    return [r >= top for r in remaining]
 
 
-def critical_fit(remaining: list[float], fits: list[DraftFit], refilled: bool, slack: float = 0.0) -> float:
-    """The pooled draft fit (``pooled``) of the sequences on the critical path (``on_path``: within
-    ``slack`` tokens of the most remaining), 1.0 when every token counts; ``remaining`` and ``fits``: one
-    per sequence, same order.
-
-    Pooled, not the lowest: each fit is a noisy reading (about ten rounds of a Bernoulli-like accepted
-    count), and the sequence that is behind is behind because its last trees accepted least, so the
-    lowest of them read the critical path's acceptance low. In process at 8 streams the lowest read
-    0.48-0.72 while over HTTP the waves' slowest request took 1.04-1.09x the mean verify steps (its
-    draft accepted 0.87-0.94x the batch mean), and trees priced with it lost to plain decoding
-    (BENCHMARKS.md, "Calibration by tokens only"). With ``slack`` one round's tokens, the sequences that
-    may still finish in the same round as the last one count too."""
-    path = on_path(remaining, refilled, slack)
-    return 1.0 if path is None else pooled([f for f, on in zip(fits, path) if on])
-
-
-def pooled(fits: list[DraftFit]) -> float:
-    """Own over batch-mean accepted tokens summed over ``fits``, each with its ``prior`` on both sides:
-    their common ratio, weighted by evidence (1.0 for none, or while no tree accepted anything)."""
-    prior = sum(f.prior() for f in fits)
-    own, batch = sum(f.own for f in fits), sum(f.batch for f in fits)
-    return (own + prior) / (batch + prior) if batch + prior > 0 else 1.0
+def critical_fit(remaining: list[float], fits: list[float], refilled: bool) -> float:
+    """The lowest draft fit (``DraftFit.ratio``) among the sequences on the critical path
+    (``on_path``), 1.0 when every token counts; ``remaining`` and ``fits``: one per sequence, same order."""
+    path = on_path(remaining, refilled)
+    return 1.0 if path is None else min(f for f, on in zip(fits, path) if on)
 
 
 def path_values(remaining: list[float], refilled: bool) -> list[float]:
@@ -161,4 +135,4 @@ def path_values(remaining: list[float], refilled: bool) -> list[float]:
 
 
 __all__ = ["OFF_PATH_VALUE", "REFILL_ROUNDS", "DraftFit", "Refills", "critical_fit", "observe_fits", "on_path",
-           "path_values", "pooled"]
+           "path_values"]

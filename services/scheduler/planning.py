@@ -81,7 +81,6 @@ class Planner:
         self.shape_changed = False  # choose() changed the shape; draft_shapes() logs it once
         self.lengths = OutputLengths()  # finished requests' output lengths: the rounds a catch-up is spread over
         self.refills = Refills()  # whether freed slots are taken at once (makespan.py)
-        self.round_tokens = 1.0  # tokens per sequence the latest decode round committed: the critical path's slack
 
     def prefill_first(self, seqs: list[Sequence]) -> list[Sequence]:
         """The sequences whose first token is due (their verifier holds nothing) when others would
@@ -99,7 +98,7 @@ class Planner:
         """The round's (size, depth) for ``seqs`` (``waiting``: a request waits for a slot), rated by
         the critical path's draft fit. A change of shape is logged by ``draft_shapes``, which follows in
         the same round, so a round that changes shape and explores logs one line."""
-        fit = critical_fit(self.remaining(seqs), [s.fit for s in seqs], self.refilled(waiting), self.round_tokens)
+        fit = critical_fit(self.remaining(seqs), [s.fit.ratio() for s in seqs], self.refilled(waiting))
         size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs), fit=fit)
         self.shape_changed |= (size, depth) != self.shape
         self.shape = (size, depth)
@@ -239,9 +238,8 @@ class Planner:
     def observe_costs(self, rnd: Round, committed: list[tuple[Sequence, int]], nodes: int) -> None:
         """Feed a decode round's ms (``nodes``: tree nodes verified) to the tree policy (verify cost,
         calibration) and each sequence's tokens over the round's ms to its lookup rates (with or
-        without its grafts); keep its tokens per sequence (``round_tokens``)."""
+        without its grafts)."""
         tokens, round_ms = sum(n for _, n in committed), rnd.draft_ms + rnd.verify_ms
-        self.round_tokens = tokens / len(committed)
         self.policy.observe_verify(len(committed), len(committed) + nodes, rnd.verify_ms)
         self.policy.observe_round(nodes > 0, tokens, 0.0 if rnd.guessed else rnd.draft_ms,
                                   grafted=bool(rnd.grafts), appended=None if rnd.guessed else rnd.appended)

@@ -153,12 +153,12 @@ class TestPathValues:
 
     @staticmethod
     def rejected_and_accepted() -> RoundDriver:
-        """A driver with requests "a" (max_tokens 100) and "b" (50) past a round of one-node draft trees
-        where "a"'s tree was rejected and "b"'s accepted."""
+        """A driver with requests "a" and "b" (max_tokens 100) past a round of one-node draft trees where
+        "a"'s tree was rejected and "b"'s accepted."""
         drv = driver(draft=True)
-        for rid, budget in (("a", 100), ("b", 50)):
-            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3],
-                                       params=msgspec.structs.replace(PARAMS, max_tokens=budget)))
+        params = msgspec.structs.replace(PARAMS, max_tokens=100)
+        for rid in ("a", "b"):
+            drv.submit(GW, wire.Submit(request_id=rid, prompt=[1, 2, 3], params=params))
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
@@ -172,15 +172,13 @@ class TestPathValues:
 
     def test_the_draft_fit_of_the_critical_path_reaches_the_policy(self):
         """After a round where "a"'s one-node draft tree was rejected and "b"'s accepted, the next
-        round's choice is told "a"'s fit, below 1: "a" has the most tokens left, "b" is more than the
-        round's tokens behind it, and nothing waits."""
+        round's choice is told "a"'s fit, below 1: "a" has the most tokens left and nothing waits."""
         drv = self.rejected_and_accepted()
         a, b = drv.core.running["a"], drv.core.running["b"]
         seen = []
         drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(fit) or (0, 0)
         drv.start(0.0)
         assert a.fit.ratio() < 1.0 < b.fit.ratio() and seen == [a.fit.ratio()]
-        assert drv.planner.round_tokens == 1.5  # the critical path's slack: "a" committed 1 token, "b" 2
 
     def test_a_plain_round_ages_the_fits_it_did_not_observe(self):
         """After "a"'s draft tree was rejected and "b"'s accepted, a plain round moves both fits back
