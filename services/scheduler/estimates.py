@@ -169,7 +169,7 @@ class Calibration:
     length is noisy (a 6-node tree modelled at 5.2 tokens commits 1 to 7) and the acceptance table
     already learns from every tree.
 
-    A plain round commits what is modelled (one token per sequence), so the plain factor stays 1.0;
+    A plain round commits what is modelled (one token per sequence), so the plain factor stays near 1.0;
     plain rounds are observed to count them (``measured``: the policy probes plain decoding until a
     bucket has its plain verify price) and, at batch 1, to age the speculative reading, so a stale one
     fades. A reading counts once its kind has ``MIN_RATE_WEIGHT`` rounds, decayed by ``RATE_DECAY`` per

@@ -265,7 +265,8 @@ class RoundDriver:
             fit = self.planner.observe_tree(rnd, seq, wire.tree_from_wire(tree))
             if fit is None:
                 seq.fit.age()
-            by_draft += [fit] if fit is not None else []
+            else:
+                by_draft.append(fit)
             delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
             self.losses.pop(sid, None)
             accepted.append((seq, len(delta.tokens)))
