@@ -19,10 +19,9 @@ plus lookup chains) took 560 ms where 8 plain rows took 130 ms; the curve predic
 
 The model can still be wrong (the acceptance it assumes drifts with the text, and at a batch
 of 8 on 2 cores every verified row already costs about 1/8 of a round), so ``RoundRates``
-checks it: the batch's committed tokens per ms of rounds where the sequence grafted lookup
-nodes against rounds where it did not, per batch bucket; lookup that measured slower is not
-grafted (except on explore rounds). The batch's tokens, since a graft's rows slow every
-sequence's round (``Planner.observe_costs``).
+checks it: committed tokens per ms of rounds that grafted lookup nodes against rounds that
+did not, per batch bucket; lookup that measured slower is not grafted (except on explore
+rounds).
 
 All of it is per sequence (``SeqLookup``, one per request): how much a text copies from its
 prompt differs far more between requests than how well the draft model predicts it (a
@@ -229,8 +228,8 @@ class CostCorrection:
 
 
 class RoundRates:
-    """Decayed committed tokens (the whole batch's) and worker ms of rounds with and without one
-    sequence's grafted lookup nodes, per batch bucket (powers of two)."""
+    """Decayed committed tokens and worker ms of rounds with and without grafted lookup nodes,
+    per batch bucket (powers of two)."""
 
     def __init__(self) -> None:
         self.sums: dict[tuple[int, bool], list[float]] = {}  # (bucket, grafted) -> [tokens, ms, weight]

@@ -237,15 +237,11 @@ class Planner:
 
     def observe_costs(self, rnd: Round, committed: list[tuple[Sequence, int]], nodes: int) -> None:
         """Feed a decode round's ms (``nodes``: tree nodes verified) to the tree policy (verify cost,
-        calibration) and the batch's tokens over the round's ms to each sequence's lookup rates (with
-        or without its grafts). The batch's, not the sequence's own: its graft's rows slow every
-        sequence's round. Counted by its own tokens, a sequence that copied 7 tokens a round gained
-        (8 tokens in 470 ms against 1 in 170) while its batch of 4 lost (11 tokens in 470 ms against 4
-        in 170; HTTP, 4 streams, AVX2-only AMD EPYC Zen 3: grafted rounds 5-37% fewer tokens per ms
-        than plain rounds in 5 of 6 waves)."""
+        calibration) and each sequence's tokens over the round's ms to its lookup rates (with or
+        without its grafts)."""
         tokens, round_ms = sum(n for _, n in committed), rnd.draft_ms + rnd.verify_ms
         self.policy.observe_verify(len(committed), len(committed) + nodes, rnd.verify_ms)
         self.policy.observe_round(nodes > 0, tokens, 0.0 if rnd.guessed else rnd.draft_ms,
                                   grafted=bool(rnd.grafts), appended=None if rnd.guessed else rnd.appended)
-        for seq, _ in committed:
-            seq.lookup.rates.observe(len(committed), seq.request_id in rnd.grafts, tokens, round_ms)
+        for seq, n in committed:
+            seq.lookup.rates.observe(len(committed), seq.request_id in rnd.grafts, n, round_ms)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from common import wire
 from common.config import Config
 from common.tree import TokenTree
-from services.scheduler.candidates import Grafted
 from services.scheduler.core import Sequence
 from services.scheduler.planning import Planner, Round, capped_shape
 from services.scheduler.tree_policy import TreePolicy
@@ -210,22 +207,3 @@ class TestObserveTree:
         rnd.outs = {sid: wire.VerifyOut(accepted=[0], bonus=9) for sid in ("a", "b", "c")}
         got = [p.observe_tree(rnd, s, tree) for s in (a, b, c)]
         assert got == [(a.fit, 1), None, None]
-
-
-class TestLookupRates:
-    def test_a_graft_that_slows_the_batch_more_than_it_gains_is_judged_by_the_batch(self):
-        """A copying sequence whose 7 grafted nodes were accepted in a batch of 4 (11 tokens in 470 ms,
-        against 4 tokens in 170 ms without grafts) counts the batch's loss, not its own gain of 8
-        tokens against 1, so its lookup measures slower and its next match grafts nothing."""
-        p = planner()
-        seqs = [seq(rid, 8, 8) for rid in "abcd"]
-        for grafted, own, ms in ((True, 8, 470.0), (False, 1, 170.0)) * 2:
-            rnd = new_round(seqs)
-            rnd.verify_ms = ms
-            rnd.grafts = {"a": Grafted(draft_nodes=0, chain_nodes=frozenset(range(7)))} if grafted else {}
-            p.observe_costs(rnd, [(seqs[0], own)] + [(s, 1) for s in seqs[1:]], nodes=7 if grafted else 0)
-        rates = seqs[0].lookup.rates
-        assert rates.rate(4, True) == pytest.approx(11 / 470) and rates.rate(4, False) == pytest.approx(4 / 170)
-        assert rates.loses(4)
-        flat = lambda rows: 100.0 + rows  # the model alone would graft all 8 nodes here
-        assert seqs[0].lookup.graft(flat, 4, 0, 0.0, p.policy.lookup, 1.0, 8) == 0

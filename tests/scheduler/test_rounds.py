@@ -326,8 +326,8 @@ class TestSpeculationOff:
 class TestLookupPerSequence:
     def test_each_sequence_keeps_its_own_lookup_rounds(self):
         """In one round, the sequence whose text repeats gets lookup nodes and the one whose text
-        does not gets none: each records its own lookup statistics (added nodes, gains) and the
-        batch's tokens per round ms under its own 'grafted' or not, besides the engine-wide statistics."""
+        does not gets none: each records its own lookup statistics (added nodes, gains) and its
+        tokens per round ms under 'grafted' or not, besides the engine-wide statistics."""
         drv, step = repeating_and_new()
         trees = {e.seq_id: e.tree.tokens.numpy().tolist() for e in step.seqs}
         assert trees["rep"][:2] == [5, 6] and trees["new"] == []  # lookup copied what followed 7, 8
@@ -337,9 +337,8 @@ class TestLookupPerSequence:
         # two offered rounds each (lookup rides along with the prefill round too, none accepted there)
         assert rep.stats.gained == 2 and rep.stats.weight == new.stats.weight == 1.98 and rep.stats.proposed > 0
         assert rep.stats.added > len(trees["rep"]) and new.stats.added == 0  # new: offered, nothing found
-        # the batch's 4 tokens (rep's graft slowed new's round too); round ms: the decode round only
-        # (a prefill round's cost is the prompt's)
-        assert rep.rates.sums == {(2, True): [4, 40.0, 1]} and new.rates.sums == {(2, False): [4, 40.0, 1]}
+        # round ms: the decode round only (a prefill round's cost is the prompt's)
+        assert rep.rates.sums == {(2, True): [3, 40.0, 1]} and new.rates.sums == {(2, False): [1, 40.0, 1]}
         assert drv.policy.lookup.weight == pytest.approx(sum(0.98 ** i for i in range(4)))  # engine-wide: all four
 
 
