@@ -26,8 +26,8 @@ B / verify_ms(B). Larger batches make verification steeper, so the chosen tree s
 (down to plain decoding) as load grows. A tree is chosen only when it beats plain by
 ``SPEC_MARGIN`` (its explore rounds and draft catch-ups are not in the formula); a draft that
 must first catch up on a backlog (new prompts, plain rounds) adds that prefill spread over
-the rounds the batch is expected to still run (``lengths.py``: learned from finished
-requests, at most their ``max_tokens``), at most ``CATCH_UP_HORIZON`` of them.
+the tokens the batch is expected to still generate (``lengths.py``: learned from finished
+requests, at most their ``max_tokens``).
 
 Both curves are corrected by measured ms per (batch, size) bucket (``CostCorrection``, ``pricing.py``): the
 verifier's by rows, the draft's by depth, from rounds without a catch-up (the level passes cost
@@ -76,10 +76,6 @@ SPEC_MARGIN = 0.1
 # rows plus one draft's levels): on an AVX2-only host the default tree (16 nodes, 12 levels) cost
 # 1.2 s for one accepted token at 8 streams, where a plain round took 0.35 s.
 FIRST_EXPLORE_COST = 1.0
-# A draft's catch-up is spread over at most this many rounds: near break-even the choice flips back to
-# plain within a few rounds and the catch-up is lost (Zen 3, bf16, Spec-Bench: spread over a request's
-# ~30 rounds, 100-155 ms catch-ups bought 1-2 rounds of 2-node trees, 4 times a request).
-CATCH_UP_HORIZON = 8
 
 
 class TreePolicy(CostPrices):
@@ -287,10 +283,9 @@ class TreePolicy(CostPrices):
         """The (size, depth) of most expected tokens/ms (model rates times their calibration
         factors), that rate, and the uncalibrated (batch, speculative, tokens, ms) it predicts.
         A tree's rate carries the draft's catch-up of ``backlog`` tokens spread over the rounds
-        left (``remaining`` / expected tokens per round, at most ``CATCH_UP_HORIZON``); the
-        prediction calibrated against the round carries all of it (that round pays it). The rate
-        counts ``fit`` x the expected draft tokens (the critical path's share, ``makespan.py``); the
-        prediction counts them all.
+        left (``remaining`` / expected tokens per round); the prediction calibrated against the
+        round carries all of it (that round pays it). The rate counts ``fit`` x the expected draft
+        tokens (the critical path's share, ``makespan.py``); the prediction counts them all.
         Sets ``runner_up``: the best tree, its rate and the rate it had to beat (plain's times
         1 + ``SPEC_MARGIN``), which the round's reason names when plain decoding wins."""
         catch_up = self.draft.ms(backlog) if backlog > 0 else 0.0
@@ -305,8 +300,7 @@ class TreePolicy(CostPrices):
                 if exp is None:
                     continue
                 ms = self._priced_ms(batch, size, depth, exp)
-                spread = min(CATCH_UP_HORIZON, max(1.0, remaining / (exp + 1)))  # rounds that pay the catch-up
-                rate = batch * (fit * exp + 1) / (ms + catch_up / spread) * spec_factor
+                rate = batch * (fit * exp + 1) / (ms + catch_up / max(1.0, remaining / (exp + 1))) * spec_factor
                 if rate > top_rate:
                     top, top_rate, top_model = (size, depth), rate, (batch, True, batch * (exp + 1), ms + catch_up)
         self.runner_up = (top, top_rate, plain_rate * (1 + SPEC_MARGIN))

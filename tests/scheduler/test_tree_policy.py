@@ -13,7 +13,7 @@ from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPL
 from services.scheduler.makespan import OFF_PATH_VALUE
 from services.scheduler import tree_policy
 from services.scheduler.estimates import COLD_START_TREES
-from services.scheduler.tree_policy import (CATCH_UP_HORIZON, EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
+from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
                                            PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_EXPLORE_SHARE,
                                            PLAIN_PROBE_EVERY, TreePolicy)
 from tests.scheduler.trees import chain_tree
@@ -139,18 +139,6 @@ class TestTreePolicy:
         assert best == (0, 0) and model[1] is False
         _, _, model = p._modelled_best(8, backlog=1200, remaining=2000)
         assert model[3] > p.draft.ms(1200)  # the round that pays the catch-up is predicted with all of it
-
-    def test_a_catch_up_must_pay_back_within_the_horizon(self):
-        """However many tokens remain, a draft's catch-up is spread over at most CATCH_UP_HORIZON rounds:
-        a tree that beats plain by a thin margin loses to plain when its catch-up costs twice that margin
-        over the horizon, and still wins when it costs half of it."""
-        p = policy(((1, 100.0), (2, 150.0), (256, 25600.0)), ((1, 1.0), (256, 256.0)))  # draft: 1 ms a token
-        best, rate, model = p._modelled_best(1)
-        needed = p.runner_up[2]
-        assert best != (0, 0) and rate > needed
-        margin_ms = CATCH_UP_HORIZON * model[3] * (rate / needed - 1)  # the catch-up that just breaks even
-        assert p._modelled_best(1, backlog=int(2 * margin_ms), remaining=1e6)[0] == (0, 0)
-        assert p._modelled_best(1, backlog=int(margin_ms / 2), remaining=1e6)[0] == best
 
     def test_steep_verification_cost_picks_a_small_tree(self):
         """When every verified token costs a full pass, only a short tree (or none) pays."""
