@@ -29,15 +29,16 @@ BATCH = 8
 
 
 class RoundLog:
-    """A driver log that keeps every ``round`` event (with the engine's tree shape at that moment)."""
+    """A driver log that keeps every ``round`` event (with the engine's tree shape and the policy's reason at that moment)."""
 
     def __init__(self, engine, arm: str, rows: list[dict]) -> None:
         self.engine, self.arm, self.rows = engine, arm, rows
 
     def info(self, event: str, **kw) -> None:
         if event == "round":
-            shape, explore = self.engine.driver.planner.shape, self.engine.driver.planner.policy.explore_shape
-            self.rows.append({"arm": self.arm, "shape": list(shape), "explore": explore, "t": time.perf_counter(), **kw})
+            planner = self.engine.driver.planner
+            self.rows.append({"arm": self.arm, "shape": list(planner.shape), "explore": planner.policy.explore_shape,
+                              "reason": planner.policy.last_reason, "t": time.perf_counter(), **kw})
 
     def __getattr__(self, name):  # warning, debug, ...: dropped
         return lambda *args, **kwargs: None
