@@ -30,6 +30,7 @@ from common import wire
 from common.config import Config
 from common.lookup import find_candidates
 from common.tree import TokenTree, graft, subtree
+from services.scheduler.estimates import RequestAcceptance
 from services.scheduler.lookup_policy import SeqLookup
 from services.scheduler.tree_policy import TreePolicy
 
@@ -69,23 +70,24 @@ def graft_lookup(tokens: list[int], draft: wire.Tree | None, cfg: Config, nodes:
 
 
 def observe(policy: TreePolicy, tree: TokenTree, accepted: list[int], info: Grafted | None,
-            offered: bool = False, seq: SeqLookup | None = None) -> int:
+            offered: bool = False, seq: SeqLookup | None = None, own: RequestAcceptance | None = None) -> int:
     """Record one verified tree per source: the draft model's part (nodes below
     ``draft_nodes``, with the accepted path cut at the first lookup node: what the draft
     tree alone would have accepted) in the acceptance table, the lookup part in
     ``policy.lookup`` and in the sequence's own ``seq.stats`` (``offered``: lookup could graft
-    this round; finding nothing counts as 0 added). Returns the tokens the draft's part
+    this round; finding nothing counts as 0 added); the draft's part also in ``own``, the
+    request's own acceptance (``RequestAcceptance``). Returns the tokens the draft's part
     accepted (tokens)."""
     sinks = [policy.lookup] + ([seq.stats] if seq is not None else [])
     if info is None:
-        policy.observe(tree, accepted)
+        policy.observe(tree, accepted, own)
         for stats in sinks if offered else []:
             stats.observe(proposed=0, accepted=0, added=0, gained=0)
         return len(accepted)
     n = info.draft_nodes
     by_draft = list(takewhile(lambda a: a < n, accepted))
     if n:
-        policy.observe(subtree(tree, np.arange(n)), by_draft)
+        policy.observe(subtree(tree, np.arange(n)), by_draft, own)
     for stats in sinks:
         stats.observe(proposed=len(info.chain_nodes), accepted=sum(a in info.chain_nodes for a in accepted),
                       added=len(tree) - n, gained=len(accepted) - len(by_draft))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from common import wire
 from common.wire import FinishReason
+from services.scheduler.estimates import RequestAcceptance
 from services.scheduler.lookup_policy import SeqLookup
 from services.scheduler.makespan import DraftFit
 
@@ -82,6 +83,7 @@ class Sequence:
     draft_hidden: tuple[int, int] = (0, 0)  # prompt positions [a, b) the draft does not see (draft_gap())
     lookup: SeqLookup = field(default_factory=SeqLookup)  # its prompt-lookup statistics (lookup_policy.py)
     fit: DraftFit = field(default_factory=DraftFit)  # the draft's acceptance on it relative to its batch (makespan.py)
+    acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)  # its own trees' acceptance (estimates.py)
 
     @property
     def tokens(self) -> list[int]:

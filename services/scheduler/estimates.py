@@ -4,6 +4,7 @@
 * ``AcceptanceTable``: decayed mean accepted length per (tree size, depth), from every verified
   tree pruned counterfactually (EAGLE-2 re-ranking by draft score; exact for greedy decoding);
   a cell decays with its own observations only.
+* ``RequestAcceptance``: one request's own table, shrunk toward the engine-wide one.
 * ``Calibration``: committed against modelled tokens, per kind of round (speculative or plain)
   and batch bucket.
 """
@@ -68,6 +69,31 @@ PRIOR_WEIGHT = 2.0  # decayed observations' worth of the prior that shrinks a sp
 COLD_START_TREES = 3
 
 
+def pruned_accepts(tree: TokenTree, accepted: list[int], max_depth: int) -> np.ndarray:
+    """Accepted draft tokens of ``tree`` pruned to each (size, depth cap) cell: float
+    (len(SIZES), max_depth + 1), NaN where the tree is smaller than the size or shallower than the
+    cap (and in column 0). Pruning keeps the best ``size`` nodes within the cap, ranked by draft score
+    (EAGLE-2 re-ranking, arXiv 2406.16858 §4), and the accepted path survives up to its first pruned
+    node: exact for greedy decoding (``accepted``: node indices of the accepted path, root first)."""
+    kept = np.full((len(SIZES), max_depth + 1), np.nan)
+    n = len(tree)
+    d = depths(tree.parents)
+    order = np.lexsort((np.arange(n), d, -tree.scores))  # select_best's ranking
+    for depth_cap in range(1, min(max_depth, int(d.max()) if n else 0) + 1):
+        ranked = [i for i in order if d[i] <= depth_cap]
+        rank = {node: r for r, node in enumerate(ranked)}
+        for si, size in enumerate(SIZES):
+            if size > n:
+                break
+            count = 0
+            for node in accepted:
+                if d[node] > depth_cap or rank[node] >= size:
+                    break
+                count += 1
+            kept[si, depth_cap] = count
+    return kept
+
+
 class AcceptanceTable:
     """Decayed mean accepted length of counterfactually pruned trees, per (size, depth).
 
@@ -93,26 +119,16 @@ class AcceptanceTable:
 
     def observe(self, tree: TokenTree, accepted: list[int]) -> None:
         """Add one verified tree and the node indices the main model accepted."""
-        n = len(tree)
-        if n == 0:
-            return
+        if len(tree):
+            self.observe_pruned(pruned_accepts(tree, accepted, self.max_depth))
+
+    def observe_pruned(self, kept: np.ndarray) -> None:
+        """Add one verified tree's ``pruned_accepts`` matrix (NaN: a cell the tree did not reach)."""
+        seen = ~np.isnan(kept)
         self.trees += 1
-        d = depths(tree.parents)
-        order = np.lexsort((np.arange(n), d, -tree.scores))  # select_best's ranking
         self._shrunk = None
-        for depth_cap in range(1, min(self.max_depth, int(d.max())) + 1):
-            ranked = [i for i in order if d[i] <= depth_cap]
-            rank = {node: r for r, node in enumerate(ranked)}
-            for si, size in enumerate(SIZES):
-                if size > n:
-                    break
-                kept = 0
-                for node in accepted:
-                    if d[node] > depth_cap or rank[node] >= size:
-                        break
-                    kept += 1
-                self.total[si, depth_cap] = self.total[si, depth_cap] * DECAY + kept
-                self.weight[si, depth_cap] = self.weight[si, depth_cap] * DECAY + 1
+        self.total[seen] = self.total[seen] * DECAY + kept[seen]
+        self.weight[seen] = self.weight[seen] * DECAY + 1
 
     def measured(self) -> bool:
         """Whether ``COLD_START_TREES`` trees were verified (every tree observes the 1-node cell, so by
@@ -127,6 +143,12 @@ class AcceptanceTable:
         if self._shrunk is None:
             self._shrunk = self._shrink()
         return float(self._shrunk[size_index, depth])
+
+    def estimates(self) -> np.ndarray:
+        """Every cell's ``expected`` at once: float (len(SIZES), max_depth + 1), NaN where it is None."""
+        if self._shrunk is None:
+            self._shrunk = self._shrink()
+        return np.where(self.weight >= MIN_WEIGHT, self._shrunk, np.nan)
 
     def _shrink(self) -> np.ndarray:
         """(mean * weight + prior * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT) per cell, prior = the
@@ -150,6 +172,39 @@ class AcceptanceTable:
                 out[si, depth] = (self.total[si, depth] + PRIOR_WEIGHT * prior) / (self.weight[si, depth] + PRIOR_WEIGHT)
             best.append(row)
         return out
+
+
+# Observations' worth of the engine-wide table in one request's estimate: after this many of its own
+# trees a request's acceptance weighs half (translation's trees accepted a third of what the table,
+# learned on other prompts, expected, and ran at 0.79x plain for whole requests on an AVX2-only host)
+REQUEST_PRIOR_WEIGHT = 4.0
+
+
+class RequestAcceptance:
+    """One request's own ``AcceptanceTable`` sums (decayed per cell by ``DECAY`` as there), read as
+    its cells' means shrunk toward the engine-wide estimates (empirical Bayes, ``REQUEST_PRIOR_WEIGHT``
+    observations of prior): the text of one request (a translation, a code completion) predicts
+    how its next trees will be accepted better than requests before it."""
+
+    def __init__(self) -> None:
+        self.total: np.ndarray | None = None  # float (len(SIZES), max_depth + 1), allocated at the first tree
+        self.weight: np.ndarray | None = None
+
+    def observe(self, kept: np.ndarray) -> None:
+        """Add one of the request's verified trees (its ``pruned_accepts`` matrix)."""
+        if self.total is None:
+            self.total, self.weight = np.zeros_like(kept), np.zeros_like(kept)
+        seen = ~np.isnan(kept)
+        self.total[seen] = self.total[seen] * DECAY + kept[seen]
+        self.weight[seen] = self.weight[seen] * DECAY + 1
+
+    def blend(self, table: np.ndarray) -> np.ndarray:
+        """This request's estimates: (own total + prior x table) / (own weight + prior) per cell, the
+        engine-wide ``table`` (``AcceptanceTable.estimates``, NaN: unmeasured, kept NaN) alone before
+        the request's first tree; float, ``table``'s shape."""
+        if self.total is None or self.total.shape != table.shape:
+            return table
+        return (self.total + REQUEST_PRIOR_WEIGHT * table) / (self.weight + REQUEST_PRIOR_WEIGHT)
 
 
 class Calibration:

@@ -99,7 +99,7 @@ class Planner:
         the critical path's draft fit. A change of shape is logged by ``draft_shapes``, which follows in
         the same round, so a round that changes shape and explores logs one line."""
         fit = critical_fit(self.remaining(seqs), [s.fit.ratio() for s in seqs], self.refilled(waiting))
-        size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs), fit=fit)
+        size, depth = self.policy.choose(len(seqs), *self._catch_up(seqs), fit=fit, own=[s.acceptance for s in seqs])
         self.shape_changed |= (size, depth) != self.shape
         self.shape = (size, depth)
         return size, depth
@@ -214,7 +214,7 @@ class Planner:
         tree other than the explore tree (the input of ``makespan.observe_fits``), else None."""
         sid = seq.request_id
         drafted = candidates.observe(self.policy, tree, rnd.outs[sid].accepted, rnd.grafts.get(sid),
-                                     sid in rnd.lookup_offered, seq.lookup)
+                                     sid in rnd.lookup_offered, seq.lookup, seq.acceptance)
         return (seq.fit, drafted) if sid in rnd.drafted and sid != rnd.explorer and sid not in rnd.capped else None
 
     @staticmethod

@@ -51,7 +51,7 @@ from __future__ import annotations
 from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
-from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration
+from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, RequestAcceptance, pruned_accepts
 from services.scheduler.lookup_policy import LookupStats, SeqLookup
 from services.scheduler.pricing import CostPrices
 
@@ -86,6 +86,7 @@ class TreePolicy(CostPrices):
         self.budget = TreeBudget.from_config(cfg)
         self.max_depth = cfg.max_accept_length
         self.table = AcceptanceTable(self.max_depth)
+        self.round_table = None  # this round's batch-mean of its requests' own estimates (None: the table's)
         self.rounds = 0
         self.best = (AUTO_DEFAULT_SIZE, self.max_depth)
         self.last_reason = "default until measured"
@@ -103,10 +104,27 @@ class TreePolicy(CostPrices):
         # the last priced round's best tree ((0, 0): none priced), its rate and the rate it had to beat (tokens/ms)
         self.runner_up: tuple[tuple[int, int], float, float] = ((0, 0), 0.0, 0.0)
 
-    def observe(self, tree: TokenTree, accepted: list[int]) -> None:
-        self.table.observe(tree, accepted)
+    def observe(self, tree: TokenTree, accepted: list[int], own: RequestAcceptance | None = None) -> None:
+        """One verified draft tree and its accepted node indices, into the engine-wide acceptance table and
+        into ``own``, the request's own (``RequestAcceptance``)."""
+        if len(tree) == 0:
+            return
+        kept = pruned_accepts(tree, accepted, self.max_depth)
+        self.table.observe_pruned(kept)
+        if own is not None:
+            own.observe(kept)
 
-    def choose(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0) -> tuple[int, int]:
+    def expected(self, size_index: int, depth: int) -> float | None:
+        """Expected accepted draft tokens of a (``SIZES[size_index]``, ``depth``) tree for this round's
+        batch: the mean of its requests' own estimates (``RequestAcceptance.blend``) once one of them has
+        verified a tree, else the engine-wide table's; None while the table has no estimate there."""
+        table = self.table.expected(size_index, depth)
+        if table is None or self.round_table is None:
+            return table
+        return float(self.round_table[size_index, depth])
+
+    def choose(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0,
+               own: list[RequestAcceptance] | tuple = ()) -> tuple[int, int]:
         """(tree nodes, max depth) for a round of ``batch`` sequences; (0, 0) = plain. On an
         explore round it is the current best, and ``explore_shape`` is the probe tree that one
         sequence of the batch drafts (exploring the whole batch cost up to 3 rounds' time at a
@@ -117,7 +135,8 @@ class TreePolicy(CostPrices):
         ``remaining``: mean tokens each sequence may still generate. Speculating now pays the
         catch-up once, so the model spreads it over the rounds left (``_modelled_best``);
         ``fit``: the batch's critical path accepts this times the expected draft tokens
-        (``makespan.critical_fit``; 1.0 while freed slots are refilled).
+        (``makespan.critical_fit``; 1.0 while freed slots are refilled); ``own``: the batch's requests'
+        own acceptance readings (``expected``), none: the engine-wide table alone.
 
         Until ``estimates.COLD_START_TREES`` trees are verified one sequence speculates at once (the default tree: a
         smaller first tree on an AVX2-only host measured 1.08x plain in bf16 against 1.14x, as
@@ -129,6 +148,10 @@ class TreePolicy(CostPrices):
         if not self.budget.auto:
             return self.budget.default_shape()
         self.rounds += 1
+        self.round_table = None
+        if any(r.total is not None for r in own):
+            table = self.table.estimates()
+            self.round_table = sum(r.blend(table) for r in own) / len(own)  # float (len(SIZES), max_depth + 1)
         if self.verify is None or self.draft is None or not self.table.measured():
             return self._cold_start(batch, remaining)
         probe = self.rounds % PLAIN_PROBE_EVERY == EXPLORE_EVERY // 2 + 1  # between explore rounds
@@ -176,7 +199,7 @@ class TreePolicy(CostPrices):
         catch-up, which would also blur the level passes' cost) and named in ``last_reason``."""
         self.modelled = None if best != (0, 0) and backlog > 0 else model
         if best != (0, 0) and backlog == 0:
-            exp = self.table.expected(SIZES.index(best[0]), best[1])
+            exp = self.expected(SIZES.index(best[0]), best[1])
             self.draft_modelled = (batch, best[1], self._draft_curve_ms(batch, *best, exp))
             self.draft_append = self.append_tokens(batch, exp)
         factors = self.calibration.factor(batch, True), self.calibration.factor(batch, False)
@@ -275,7 +298,7 @@ class TreePolicy(CostPrices):
         if size == 0:
             return self.verify_ms(batch, batch)
         if exp is None:
-            exp = self.table.expected(SIZES.index(size), depth) or 0.0
+            exp = self.expected(SIZES.index(size), depth) or 0.0
         return self.verify_ms(batch, batch * (size + 1)) + self._draft_ms(batch, size, depth, exp)
 
     def _modelled_best(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0,
@@ -296,7 +319,7 @@ class TreePolicy(CostPrices):
         top, top_rate, top_model = (0, 0), 0.0, model  # the tree of most expected tokens/ms
         for si, size in enumerate(SIZES):
             for depth in range(1, min(size, self.max_depth) + 1):
-                exp = self.table.expected(si, depth)
+                exp = self.expected(si, depth)
                 if exp is None:
                     continue
                 ms = self._priced_ms(batch, size, depth, exp)
@@ -321,5 +344,5 @@ class TreePolicy(CostPrices):
         if cap == 0 or self.verify is None:
             return cap
         si = next((i for i, s in enumerate(SIZES) if s >= size), None) if size else None
-        expected = (self.table.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
+        expected = (self.expected(si, max(1, depth)) if si is not None else 0.0) or 0.0
         return seq.graft(lambda rows: self.verify_ms(batch, rows), batch, size, expected, self.lookup, value, cap)

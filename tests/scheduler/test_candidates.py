@@ -140,10 +140,10 @@ def mixed_hits(monkeypatch) -> list[bool]:
     (beyond the draft tree) was accepted; filled as the engine runs."""
     hits, observe = [], candidates.observe
 
-    def spy(policy, tree, accepted, info, offered=False, seq=None):
+    def spy(policy, tree, accepted, info, offered=False, seq=None, own=None):
         if info is not None and info.draft_nodes > 0:
             hits.append(any(a >= info.draft_nodes for a in accepted))
-        return observe(policy, tree, accepted, info, offered, seq)
+        return observe(policy, tree, accepted, info, offered, seq, own)
 
     monkeypatch.setattr(candidates, "observe", spy)
     return hits

@@ -162,7 +162,7 @@ class TestPathValues:
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (1, 1)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): (1, 1)
         (_, draft), = drv.start(0.0)
         (_, verify), = drv.on_draft(DRAFT, wire.DraftResult(round=draft.round, trees={
             "a": one_node_tree(), "b": one_node_tree()}), 0.0)
@@ -176,9 +176,20 @@ class TestPathValues:
         drv = self.rejected_and_accepted()
         a, b = drv.core.running["a"], drv.core.running["b"]
         seen = []
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(fit) or (0, 0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): seen.append(fit) or (0, 0)
         drv.start(0.0)
         assert a.fit.ratio() < 1.0 < b.fit.ratio() and seen == [a.fit.ratio()]
+
+    def test_each_request_s_own_acceptance_reaches_the_policy(self):
+        """After "a"'s one-node tree was rejected and "b"'s accepted, each request's own acceptance reading
+        holds its own tree (0 and 1 accepted tokens at the 1-node cell) and the next round's choice gets both."""
+        drv = self.rejected_and_accepted()
+        a, b = drv.core.running["a"], drv.core.running["b"]
+        seen = []
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): seen.append(own) or (0, 0)
+        drv.start(0.0)
+        assert (a.acceptance.total[0, 1], b.acceptance.total[0, 1]) == (0.0, 1.0)
+        assert [id(r) for r in seen[0]] == [id(a.acceptance), id(b.acceptance)]
 
     def test_a_plain_round_ages_the_fits_it_did_not_observe(self):
         """After "a"'s draft tree was rejected and "b"'s accepted, a plain round moves both fits back
@@ -186,7 +197,7 @@ class TestPathValues:
         drv = self.rejected_and_accepted()
         a, b = drv.core.running["a"], drv.core.running["b"]
         before = a.fit.ratio(), b.fit.ratio()
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (0, 0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): (0, 0)
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=5) for sid in ("a", "b")}), 0.0)
@@ -307,7 +318,7 @@ class TestSpeculationOff:
             sid: wire.VerifyOut(accepted=[], bonus=3) for sid in ("a", "b")}), 0.0)
         drv.core.running["a"].draft.sent(3)  # a's draft already holds its prompt: least behind
 
-        def explore(batch, backlog=0, remaining=0.0, fit=1.0):
+        def explore(batch, backlog=0, remaining=0.0, fit=1.0, own=()):
             drv.policy.explore_shape = (4, 2)
             return 0, 0
         drv.policy.choose = explore
@@ -317,7 +328,7 @@ class TestSpeculationOff:
         drv.on_verify(VERIFIER, wire.VerifyResult(round=verify.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=4) for sid in ("a", "b")}), 0.0)
         assert drv.plain_steps == 0
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (drv.policy.__setattr__("explore_shape", (8, 4))
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): (drv.policy.__setattr__("explore_shape", (8, 4))
                                                                      or (2, 2))
         (_, draft), = drv.start(0.0)
         assert sorted((e.seq_id, e.tree_size) for e in draft.seqs) == [("a", 8), ("b", 2)]
@@ -354,7 +365,7 @@ class TestCatchUp:
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={
             sid: wire.VerifyOut(accepted=[], bonus=7) for sid in ("a", "b")}), 0.0)
         seen = []
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append((batch, backlog, remaining)) or (0, 0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): seen.append((batch, backlog, remaining)) or (0, 0)
         drv.start(0.0)
         per_round = drv.policy.max_depth + 1
         assert seen == [(2, max(0, 31 - per_round) + max(0, 4 - per_round), 99.0)]
@@ -370,7 +381,7 @@ class TestCatchUp:
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
         seen = []
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(remaining) or (0, 0)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): seen.append(remaining) or (0, 0)
         drv.start(0.0)
         assert seen == [(9 + 9 + 9 + 19) / 4]
 
@@ -411,7 +422,7 @@ class TestCatchUp:
         assert step.seqs[0].new_tokens == prompt
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
         seen, choose = [], drv.policy.choose
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: seen.append(backlog) or choose(batch, backlog, remaining, fit)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): seen.append(backlog) or choose(batch, backlog, remaining, fit)
         (ident, draft), = drv.start(0.0)
         view = prompt[:DRAFT_SINK_TOKENS] + prompt[-10:] + [7]
         assert ident == DRAFT and (draft.seqs[0].prefix_len, draft.seqs[0].new_tokens) == (0, view)
@@ -426,7 +437,7 @@ class TestCatchUp:
         drv.submit(GW, wire.Submit(request_id="a", prompt=prompt, params=msgspec.structs.replace(PARAMS, max_tokens=50)))
         (_, step), = drv.start(0.0)
         drv.on_verify(VERIFIER, wire.VerifyResult(round=step.round, outs={"a": wire.VerifyOut(accepted=[], bonus=7)}), 0.0)
-        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0: (4, 2)
+        drv.policy.choose = lambda batch, backlog=0, remaining=0.0, fit=1.0, own=(): (4, 2)
         (ident, _), = drv.start(0.0)
         drv.abort("a")
         index, size = drv.workers.get(DRAFT.hex()).prefix, drv.cfg.prefix_cache_block_size
