@@ -12,11 +12,11 @@ default) picks the shape that maximises expected committed tokens per second, fr
   (n, D) at once. Every ``EXPLORE_EVERY``-th round (4x less often while plain decoding is
   best, backing off further while it stays best, and only while explores take at most
   ``PLAIN_EXPLORE_SHARE`` of the time, a share halved after each explore that left plain best:
-  ``TreePolicy._explore_due``; never while the
+  ``Exploring._explore_due``; never while the
   batch may generate fewer than ``EXPLORE_MIN_REMAINING`` tokens) one sequence drafts a tree
   about twice the current best (size and depth), so the estimates can
   grow toward bigger trees when they pay, while exploring stays cheap when the best is small
-  (heavy load).
+  (heavy load): ``explore.py``.
 
 Expected throughput for a round of B sequences (Sequoia, arXiv 2402.12374 §3.3):
     tokens/ms(n, D) = B * (E[accepted | n, D] + 1) / (verify_ms(B * (n + 1)) + draft_ms(B, D))
@@ -40,6 +40,11 @@ ms are priced by the corrected curves alone.
 Rounds that carried prompt-lookup nodes are left out of it (their rows are outside the model),
 and so are tree rounds whose drafts first caught up on a backlog (a one-off prefill).
 
+The acceptance a round is priced with is its requests' own (``RequestAcceptance``, ``estimates.py``):
+each request's trees feed the engine-wide table and the request's own, whose means are shrunk toward
+the table's, and a batch is priced by its requests' mean. One request's text (a translation, a code
+completion) predicts its next trees better than the requests before it.
+
 Prompt-lookup candidates (free draft tokens, only verify rows) are priced per sequence in
 ``lookup_policy.py`` (``lookup_nodes`` here); ``makespan.py`` discounts tokens gained off the
 batch's critical path (E x ``fit`` in the rate) when no request takes a freed slot.
@@ -50,35 +55,20 @@ from __future__ import annotations
 
 from common.config import Config
 from common.tree import TokenTree
-from common.tree_budget import AUTO_DEFAULT_SIZE, AUTO_MAX_NODES, TreeBudget
+from common.tree_budget import AUTO_DEFAULT_SIZE, TreeBudget
 from services.scheduler.estimates import SIZES, AcceptanceTable, Calibration, RequestAcceptance, pruned_accepts
 from services.scheduler.lookup_policy import LookupStats, SeqLookup
-from services.scheduler.pricing import CostPrices
+from services.scheduler.explore import EXPLORE_EVERY, Exploring
 
-EXPLORE_EVERY = 8  # rounds
 EXPLORE_MIN_REMAINING = 16  # tokens: no explore round when the batch may generate fewer (mean)
-EXPLORE_EXTRA_DEPTH = 2  # an explore round drafts 2 * best depth + this many levels (cheap under load)
-
-PLAIN_EXPLORE_FACTOR = 4  # while plain decoding is best, explore 4x less often (a tree over a big batch is costly)
-PLAIN_EXPLORE_BACKOFF = 5  # ... and twice as rarely again after each explore that left plain best, up to 2^5 x
-# ... and only once the modelled plain time since the last explore is the explore's cost over this
-# share (its sequence's draft catch-up, levels and extra verify rows, priced by the curves): at batch
-# 1 a w4a8 main's plain round took 46 ms on an AVX2-only host while an explore's draft prefilled a
-# 110-token prompt (0.7 s); one every 32 rounds made speculation 0.66-0.87x plain on the first prompts.
-# The share halves after each explore that left plain best (up to 2^PLAIN_EXPLORE_BACKOFF x).
-PLAIN_EXPLORE_SHARE = 0.05
 PLAIN_PROBE_EVERY = 16  # rounds: one plain round in this many keeps the measured plain verify price current
 # A tree must beat plain decoding's rate by this fraction: its explore rounds and its draft's
 # catch-ups are outside the model, and near break-even (a batch of 4-8 on 2 cores, where every
 # verified row costs nearly a plain row) they made speculation 10-30% slower than plain (HTTP runs).
 SPEC_MARGIN = 0.1
-# A cold batch's explore tree may cost at most this many plain rounds of the batch (its extra verify
-# rows plus one draft's levels): on an AVX2-only host the default tree (16 nodes, 12 levels) cost
-# 1.2 s for one accepted token at 8 streams, where a plain round took 0.35 s.
-FIRST_EXPLORE_COST = 1.0
 
 
-class TreePolicy(CostPrices):
+class TreePolicy(Exploring):
     """Chooses (size, depth) per round from the corrected cost curves (``CostPrices``) and the acceptance table."""
 
     def __init__(self, cfg: Config, width: int = 4) -> None:
@@ -210,56 +200,6 @@ class TreePolicy(CostPrices):
             self.last_reason += f"; best tree {size}x{depth}: {top_rate:.4f}, needs {needed:.4f}"
         self.plain_ms += model[3] if best == (0, 0) else 0.0
         return best
-
-    def _explore_tree(self) -> tuple[int, int]:
-        """(size, depth) of an explore tree: about twice the current best, at least ``SIZES[2]`` nodes."""
-        return (min(AUTO_MAX_NODES, max(2 * self.best[0], SIZES[2])),
-                min(self.max_depth, 2 * self.best[1] + EXPLORE_EXTRA_DEPTH))
-
-    def _explore_due(self, batch: int, backlog: int) -> bool:
-        """Whether this round explores: every ``explore_every()``-th round, and while plain decoding is
-        best only once the modelled plain time since the last explore reaches the explore's cost over
-        ``PLAIN_EXPLORE_SHARE``, halved after each explore that left plain best (as ``explore_every``
-        backs off; else the next such round is tried). The cost: the catch-up
-        of the explorer's draft (``backlog`` / ``batch`` tokens: planning picks the least behind), one
-        draft's levels and the extra verify rows, from the corrected cost curves (ms)."""
-        if self.rounds % self.explore_every() != 1:
-            return False
-        if self.best != (0, 0):
-            return True
-        catch_up = self.draft.ms(backlog // batch) if backlog >= batch else 0.0
-        share = PLAIN_EXPLORE_SHARE / 2 ** min(self.plain_explores, PLAIN_EXPLORE_BACKOFF)
-        return self.plain_ms >= (catch_up + self._explore_cost(batch, *self._explore_tree())) / share
-
-    def _explore_cost(self, batch: int, size: int, depth: int) -> float:
-        """Predicted ms one sequence's explore tree of (``size``, ``depth``) adds to a plain round of
-        ``batch``: its extra verify rows and its draft's levels (corrected curves), catch-up excluded."""
-        extra_rows = self.verify_ms(batch, batch + size) - self.verify_ms(batch, batch)
-        return extra_rows + self._draft_ms(1, size, depth, 0.0)
-
-    def _first_explore(self, batch: int) -> tuple[int, int]:
-        """The explore tree of a cold batch of ``batch`` sequences: the largest size up to the
-        default (depth: that size, at most ``max_depth``) whose extra verify rows and one draft's
-        level passes the cost curves price at most ``FIRST_EXPLORE_COST`` plain rounds; the default
-        without curves. Later explores grow it (twice the best, ``choose``) where trees pay."""
-        if self.verify is None or self.draft is None:
-            return AUTO_DEFAULT_SIZE, self.max_depth
-        limit = FIRST_EXPLORE_COST * self.verify_ms(batch, batch)
-        for size in sorted((s for s in SIZES if s <= AUTO_DEFAULT_SIZE), reverse=True):
-            if self._explore_cost(batch, size, min(size, self.max_depth)) <= limit:
-                return size, min(size, self.max_depth)
-        return SIZES[0], 1
-
-    def explore_every(self) -> int:
-        """Rounds between explore rounds: ``EXPLORE_EVERY`` while a tree is best. While plain
-        decoding is best, ``PLAIN_EXPLORE_FACTOR`` times that, doubled after each explore that left
-        plain best (up to ``2 ** PLAIN_EXPLORE_BACKOFF``): an explore round makes the draft catch up
-        (prefill) every token its sequences committed since their last tree, for the whole batch,
-        so under a load where speculation loses, exploring rarely keeps the service at plain speed,
-        and most requests finish without ever paying that catch-up."""
-        if self.best != (0, 0):
-            return EXPLORE_EVERY
-        return EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR * 2 ** min(self.plain_explores, PLAIN_EXPLORE_BACKOFF)
 
     def observe_round(self, speculative: bool, tokens: int, draft_ms: float = 0.0,
                       grafted: bool = False, appended: int | None = None) -> None:

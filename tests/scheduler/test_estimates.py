@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from common.tree import TokenTree
-from services.scheduler.estimates import (COLD_START_TREES, PRIOR_WEIGHT, SIZES, TOKEN_DECAY, TOKEN_PRIOR_ROUNDS,
-                                         AcceptanceTable, Calibration, CostCurve)
+from services.scheduler.estimates import (COLD_START_TREES, PRIOR_WEIGHT, REQUEST_PRIOR_WEIGHT, SIZES, TOKEN_DECAY,
+                                         TOKEN_PRIOR_ROUNDS, AcceptanceTable, Calibration, CostCurve, RequestAcceptance,
+                                         pruned_accepts)
 from services.scheduler.lookup_policy import DECAY
 from tests.scheduler.trees import chain_tree
 
@@ -111,6 +112,37 @@ class TestAcceptanceTable:
                     prior = mean[si - i, depth - j]
                     want = (t.total[si, depth] + PRIOR_WEIGHT * prior) / (t.weight[si, depth] + PRIOR_WEIGHT)
                     assert got[si, depth] == pytest.approx(want), (si, depth)
+
+
+class TestPrunedAccepts:
+    def test_cells_the_tree_does_not_reach_are_nan(self):
+        """A 4-node, 4-deep chain whose first two nodes were accepted reads 2 at (4, 4), 1 at depth cap 1
+        and at size 1, and NaN at sizes above 4 nodes, at depth 0 and at depth caps past its own depth."""
+        kept = pruned_accepts(chain_tree(4, siblings=0), [0, 1], max_depth=6)
+        assert kept[SIZES.index(4), 4] == 2 and kept[SIZES.index(4), 1] == 1 and kept[0, 4] == 1
+        assert np.isnan(kept[SIZES.index(6), 4]) and np.isnan(kept[0, 0]) and np.isnan(kept[0, 5])
+
+
+class TestRequestAcceptance:
+    def test_before_its_first_tree_a_request_reads_the_engine_wide_table(self):
+        """A request without a verified tree blends to the engine-wide estimates unchanged."""
+        table = np.full((len(SIZES), 5), 1.5)
+        assert np.array_equal(RequestAcceptance().blend(table), table)
+
+    def test_own_trees_pull_the_estimate_halfway_after_the_prior_s_worth(self):
+        """After REQUEST_PRIOR_WEIGHT (undecayed: DECAY-weighted) trees that accepted nothing, a cell the
+        engine-wide table puts at 2 reads about half of it; cells the request never reached keep the table's
+        value, and an unmeasured (NaN) cell stays unmeasured."""
+        own = RequestAcceptance()
+        for _ in range(int(REQUEST_PRIOR_WEIGHT)):
+            own.observe(pruned_accepts(chain_tree(4, siblings=0), [], max_depth=4))
+        table = np.full((len(SIZES), 5), 2.0)
+        table[-1, 4] = np.nan
+        got = own.blend(table)
+        w = sum(DECAY ** k for k in range(int(REQUEST_PRIOR_WEIGHT)))
+        assert got[SIZES.index(4), 4] == pytest.approx(2.0 * REQUEST_PRIOR_WEIGHT / (w + REQUEST_PRIOR_WEIGHT))
+        assert 0.9 < got[SIZES.index(4), 4] < 1.1
+        assert got[SIZES.index(8), 4] == 2.0 and np.isnan(got[-1, 4])
 
 
 class TestCalibration:

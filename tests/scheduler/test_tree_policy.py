@@ -7,15 +7,15 @@ import pytest
 
 from common.config import Config
 from common.tree_budget import AUTO_DEFAULT_SIZE
-from services.scheduler.estimates import SIZES, Calibration, CostCurve
+from services.scheduler.estimates import SIZES, Calibration, CostCurve, RequestAcceptance, pruned_accepts
 from services.scheduler.lookup_policy import (DEFAULT_LOOKUP_ACCEPT, LOOKUP_EXPLORE_BACKOFF, LOOKUP_EXPLORE_EVERY,
                                              LOOKUP_EXPLORE_MIN_NODES, MIN_LOOKUP_ACCEPT, SeqLookup)
 from services.scheduler.makespan import OFF_PATH_VALUE
-from services.scheduler import tree_policy
+from services.scheduler import explore
 from services.scheduler.estimates import COLD_START_TREES
-from services.scheduler.tree_policy import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, EXPLORE_MIN_REMAINING,
-                                           PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR, PLAIN_EXPLORE_SHARE,
-                                           PLAIN_PROBE_EVERY, TreePolicy)
+from services.scheduler.explore import (EXPLORE_EVERY, EXPLORE_EXTRA_DEPTH, PLAIN_EXPLORE_BACKOFF, PLAIN_EXPLORE_FACTOR,
+                                       PLAIN_EXPLORE_SHARE)
+from services.scheduler.tree_policy import EXPLORE_MIN_REMAINING, PLAIN_PROBE_EVERY, TreePolicy
 from tests.scheduler.trees import chain_tree
 
 
@@ -86,6 +86,25 @@ class TestTreePolicy:
         assert p._modelled_best(2)[0] != (0, 0)
         best, _, model = p._modelled_best(2, fit=0.5)
         assert best == (0, 0) and model == (2, False, 2.0, pytest.approx(100.0))
+
+    def test_a_request_whose_own_trees_accept_nothing_decodes_plainly(self):
+        """Where the engine-wide table (chains accepted at 0.9 a level) makes a tree worth taking, a request
+        whose own 30 trees accepted nothing is priced by its own reading and decodes plainly; one whose own
+        trees were accepted whole still speculates; a batch of the two is priced by their mean."""
+        p = policy(((1, 100.0), (256, 400.0)), ((1, 10.0), (256, 20.0)))
+        poor, good = RequestAcceptance(), RequestAcceptance()
+        for _ in range(30):
+            poor.observe(pruned_accepts(chain_tree(12), [], 12))
+            good.observe(pruned_accepts(chain_tree(12), list(range(12)), 12))
+
+        def choose(batch, own=()):
+            p.rounds = 1  # the next round neither explores nor probes plain
+            return p.choose(batch, own=own)
+        assert choose(1) != (0, 0) and choose(1, [good]) != (0, 0)
+        assert choose(1, [poor]) == (0, 0)
+        size, depth = choose(2, [poor, good])
+        assert p.expected(SIZES.index(size), depth) == pytest.approx(
+            (poor.blend(p.table.estimates()) + good.blend(p.table.estimates()))[SIZES.index(size), depth] / 2)
 
     def test_measured_verify_cost_at_this_batch_steers_the_choice(self):
         """A flat start-up curve makes a tree look free at a batch of 8; once rounds there measured
@@ -162,7 +181,7 @@ class TestTreePolicy:
     def test_explores_twice_the_best(self, monkeypatch):
         """Every EXPLORE_EVERY-th round asks for a tree twice the current best size, and
         at most twice its depth plus EXPLORE_EXTRA_DEPTH (cheap when the best is small)."""
-        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))  # plain is best: explore now
+        monkeypatch.setattr(explore, "PLAIN_EXPLORE_SHARE", float("inf"))  # plain is best: explore now
         p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
         best = p.choose(1)
         p.rounds = 0
@@ -174,7 +193,7 @@ class TestTreePolicy:
     def test_no_explore_when_the_batch_is_about_to_finish(self, monkeypatch):
         """An explore round is skipped while the batch may generate fewer than EXPLORE_MIN_REMAINING
         tokens per sequence: the probe's draft catch-up would cost more than the tokens left."""
-        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))  # plain is best: explore now
+        monkeypatch.setattr(explore, "PLAIN_EXPLORE_SHARE", float("inf"))  # plain is best: explore now
         p = policy(((1, 100.0), (2, 200.0), (256, 25600.0)), ((1, 2.0), (256, 2.0)))
         p.choose(1)
         p.rounds = 0
@@ -264,7 +283,7 @@ class TestCalibration:
     def test_plain_best_explores_less_often(self, monkeypatch):
         """While plain decoding is the best shape, explore rounds come PLAIN_EXPLORE_FACTOR times less often
         (the share of time explores may take left out here)."""
-        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))
+        monkeypatch.setattr(explore, "PLAIN_EXPLORE_SHARE", float("inf"))
         p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))  # a draft level costs 10 plain steps
         p.rounds = EXPLORE_EVERY  # the next round would explore if a tree were best
         p.choose(1)
@@ -276,7 +295,7 @@ class TestCalibration:
     def test_an_explore_round_uses_the_best_for_its_batch(self, monkeypatch):
         """An explore round gives the batch the shape modelled for it (here plain decoding) and one sequence the
         probe tree, not a best left from before (the default tree after the cold start, or another batch's)."""
-        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))
+        monkeypatch.setattr(explore, "PLAIN_EXPLORE_SHARE", float("inf"))
         p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))
         p.best, p.rounds = (AUTO_DEFAULT_SIZE, 12), 0  # stale: the next round is due to explore
         assert p.choose(4) == (0, 0) and p.last_reason == "explore"
@@ -286,7 +305,7 @@ class TestCalibration:
         """While plain stays best, explore rounds grow rarer (gaps double up to 2^PLAIN_EXPLORE_BACKOFF times
         EXPLORE_EVERY * PLAIN_EXPLORE_FACTOR rounds); once a tree is best again, exploring is back to EXPLORE_EVERY
         (the share of time explores may take left out here)."""
-        monkeypatch.setattr(tree_policy, "PLAIN_EXPLORE_SHARE", float("inf"))
+        monkeypatch.setattr(explore, "PLAIN_EXPLORE_SHARE", float("inf"))
         p = policy(((1, 10.0), (256, 2560.0)), ((1, 100.0), (256, 25600.0)))  # a draft level costs 10 plain steps
         explores = []
         for _ in range(20000):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from common.modeling.attention_probe import (COLUMN_LADDER, AttentionPlan, choose_max_cols, install, measure,
-                                             probe_timings)
+from common.modeling.attention_probe import (COLUMN_LADDER, SDPA_MARGIN, AttentionPlan, choose_max_cols, install,
+                                             measure, probe_timings)
 from common.modeling.loader import load_model
 from common.modeling.native import library
 from common.modeling.runner import forward_segments
@@ -49,6 +49,15 @@ class TestChooseMaxCols:
     def test_zero_when_sdpa_wins_at_the_first_count(self):
         """SDPA faster already at the first count: the kernel gets no pass of that many rows (0)."""
         assert choose_max_cols(_timings(8, 0), 8) == 0
+
+    def test_sdpa_must_win_by_the_margin(self):
+        """SDPA faster by less than SDPA_MARGIN (host drift: 138 against 145 ms) leaves the pass to the C++
+        kernel; faster by more than the margin takes it."""
+        t = _timings(4, None)
+        t["4/512/sdpa"] = t["4/512/exact"] / (1 + SDPA_MARGIN / 2)
+        assert choose_max_cols(t, 4) is None
+        t["4/512/sdpa"] = t["4/512/exact"] / (1 + 2 * SDPA_MARGIN)
+        assert choose_max_cols(t, 4) == 0
 
     def test_a_later_win_does_not_lift_the_limit(self):
         """A loss at 1,024 columns ends the limit at 512 even if the kernel wins again at 2,048."""
