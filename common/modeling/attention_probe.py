@@ -40,7 +40,7 @@ ATTENTION_VERSION = 3  # bump when the probe or its key change: old cache files 
 # SDPA takes a row count's passes from the C++ kernel only when it is this much faster (fraction): on the
 # AVX2-only AMD EPYC Zen 3 host the cached probe routed 2-4-row passes (the verifier's small trees) to SDPA
 # on 138 against 145 ms at 512 columns, where interleaved timings later gave the kernel 118-141 ms against
-# SDPA's 137-162 at 128 and 512 columns (2-4 rows, bf16 main); a win inside the host's drift is no win.
+# SDPA's 135-162 at 128 and 512 columns (2-4 rows, bf16 main); a win inside the host's drift is no win.
 SDPA_MARGIN = 0.1
 
 Limits = tuple[tuple[int, "int | None"], ...]  # ((max rows, max KV columns or None: any), ...), DecoderModel.exact_limits

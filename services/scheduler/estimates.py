@@ -175,16 +175,17 @@ class AcceptanceTable:
 
 
 # Observations' worth of the engine-wide table in one request's estimate: after this many of its own
-# trees a request's acceptance weighs half (translation's trees accepted a third of what the table,
-# learned on other prompts, expected, and ran at 0.79x plain for whole requests on an AVX2-only host)
+# trees a request's acceptance weighs half (Spec-Bench translation, priced by a table learned on other
+# prompts, drafted trees at 0.79x plain for whole requests on an AVX2-only host; with this reading, 16
+# Spec-Bench prompts measured the same as without it, 1.13x against 1.12x over 5 + 5 runs, BENCHMARKS.md)
 REQUEST_PRIOR_WEIGHT = 4.0
 
 
 class RequestAcceptance:
     """One request's own ``AcceptanceTable`` sums (decayed per cell by ``DECAY`` as there), read as
     its cells' means shrunk toward the engine-wide estimates (empirical Bayes, ``REQUEST_PRIOR_WEIGHT``
-    observations of prior): the text of one request (a translation, a code completion) predicts
-    how its next trees will be accepted better than requests before it."""
+    observations of prior): how one request's text (a translation, a code completion) has been
+    drafted so far is evidence on its next trees that the requests before it are not."""
 
     def __init__(self) -> None:
         self.total: np.ndarray | None = None  # float (len(SIZES), max_depth + 1), allocated at the first tree

@@ -42,8 +42,8 @@ and so are tree rounds whose drafts first caught up on a backlog (a one-off pref
 
 The acceptance a round is priced with is its requests' own (``RequestAcceptance``, ``estimates.py``):
 each request's trees feed the engine-wide table and the request's own, whose means are shrunk toward
-the table's, and a batch is priced by its requests' mean. One request's text (a translation, a code
-completion) predicts its next trees better than the requests before it.
+the table's, and a batch is priced by its requests' mean, so a request the draft predicts badly (a
+translation) is priced by its own trees once it has a few.
 
 Prompt-lookup candidates (free draft tokens, only verify rows) are priced per sequence in
 ``lookup_policy.py`` (``lookup_nodes`` here); ``makespan.py`` discounts tokens gained off the
