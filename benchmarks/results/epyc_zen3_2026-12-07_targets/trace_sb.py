@@ -1,6 +1,8 @@
 """In process, auto trees, Spec-Bench prompts in the bench's order: every round's shape, reason, tokens, ms.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/results/epyc_zen3_2026-12-07_targets/trace_sb.py [N]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/results/epyc_zen3_2026-12-07_targets/trace_sb.py [N] [DATASET LIMIT]
+
+DATASET and LIMIT as ``treespec bench --dataset --limit`` (default: ``spec_bench`` 24, the first N traced).
 """
 import json
 import sys
@@ -12,7 +14,7 @@ from treespec.bench_run import run_one
 from treespec.bench_suite import Suite
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-prompts = load_prompts("spec_bench", 24)
+prompts = load_prompts(sys.argv[2], int(sys.argv[3])) if len(sys.argv) > 3 else load_prompts("spec_bench", 24)
 suite = Suite(load_config(None, {}), prompts, 128, 1)
 rows: list[dict] = []
 eng = suite.engine(None, slots=1)
