@@ -94,6 +94,14 @@ def pruned_accepts(tree: TokenTree, accepted: list[int], max_depth: int) -> np.n
     return kept
 
 
+def decayed_add(total: np.ndarray, weight: np.ndarray, kept: np.ndarray) -> None:
+    """Add one tree's ``pruned_accepts`` matrix to decayed sums in place: every cell the tree reached (not
+    NaN) decays by ``DECAY`` and adds its accepted tokens to ``total`` and 1 to ``weight``; the rest keep theirs."""
+    seen = ~np.isnan(kept)
+    total[seen] = total[seen] * DECAY + kept[seen]
+    weight[seen] = weight[seen] * DECAY + 1
+
+
 class AcceptanceTable:
     """Decayed mean accepted length of counterfactually pruned trees, per (size, depth).
 
@@ -124,11 +132,9 @@ class AcceptanceTable:
 
     def observe_pruned(self, kept: np.ndarray) -> None:
         """Add one verified tree's ``pruned_accepts`` matrix (NaN: a cell the tree did not reach)."""
-        seen = ~np.isnan(kept)
         self.trees += 1
         self._shrunk = None
-        self.total[seen] = self.total[seen] * DECAY + kept[seen]
-        self.weight[seen] = self.weight[seen] * DECAY + 1
+        decayed_add(self.total, self.weight, kept)
 
     def measured(self) -> bool:
         """Whether ``COLD_START_TREES`` trees were verified (every tree observes the 1-node cell, so by
@@ -195,15 +201,13 @@ class RequestAcceptance:
         """Add one of the request's verified trees (its ``pruned_accepts`` matrix)."""
         if self.total is None:
             self.total, self.weight = np.zeros_like(kept), np.zeros_like(kept)
-        seen = ~np.isnan(kept)
-        self.total[seen] = self.total[seen] * DECAY + kept[seen]
-        self.weight[seen] = self.weight[seen] * DECAY + 1
+        decayed_add(self.total, self.weight, kept)
 
     def blend(self, table: np.ndarray) -> np.ndarray:
         """This request's estimates: (own total + prior x table) / (own weight + prior) per cell, the
         engine-wide ``table`` (``AcceptanceTable.estimates``, NaN: unmeasured, kept NaN) alone before
         the request's first tree; float, ``table``'s shape."""
-        if self.total is None or self.total.shape != table.shape:
+        if self.total is None:
             return table
         return (self.total + REQUEST_PRIOR_WEIGHT * table) / (self.weight + REQUEST_PRIOR_WEIGHT)
 

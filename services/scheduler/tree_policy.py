@@ -53,6 +53,8 @@ Torch-free.
 
 from __future__ import annotations
 
+import math
+
 from common.config import Config
 from common.tree import TokenTree
 from common.tree_budget import AUTO_DEFAULT_SIZE, TreeBudget
@@ -108,10 +110,10 @@ class TreePolicy(Exploring):
         """Expected accepted draft tokens of a (``SIZES[size_index]``, ``depth``) tree for this round's
         batch: the mean of its requests' own estimates (``RequestAcceptance.blend``) once one of them has
         verified a tree, else the engine-wide table's; None while the table has no estimate there."""
-        table = self.table.expected(size_index, depth)
-        if table is None or self.round_table is None:
-            return table
-        return float(self.round_table[size_index, depth])
+        if self.round_table is None:
+            return self.table.expected(size_index, depth)
+        own = float(self.round_table[size_index, depth])
+        return None if math.isnan(own) else own  # NaN: the table has no estimate there
 
     def choose(self, batch: int, backlog: int = 0, remaining: float = float("inf"), fit: float = 1.0,
                own: list[RequestAcceptance] | tuple = ()) -> tuple[int, int]:
