@@ -149,20 +149,25 @@ static void micro4(const bf16* x, int64_t K, const uint8_t* p, const float* sl, 
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VARIANT "avx2"
 // Up to MB rows share each weight load and widening. One row alone reads its 64 outputs' k-pair as 8 ymm
-// in stream order (8 accumulators); a block of 2-4 rows walks the panel chunk in slices of 16 outputs
-// (SLICE_V ymm: R x 2 accumulators), so one widened weight feeds 2R FMAs, and x comes in fp32 (FP32_X: a
+// in stream order (8 accumulators); a block of 2-6 rows walks the panel chunk in slices of 8V outputs
+// (V ymm, slice_v: R x V accumulators), so one widened weight feeds R FMAs, and x comes in fp32 (FP32_X: a
 // broadcast is one load). With one row per block every row re-read each chunk from L2 and widened it
 // again (256 bytes and 16 integer ops per 16 FMAs): a 1.5B pass of 4 / 16 rows took 163 / 453 ms, about
 // one FMA per cycle (Zen 2, 2 cores; one row: 92 ms); in slices 126 / 340 ms.
+// A slice applies a k-pair's even weights to every row, then its odd ones, so only V weights are live and
+// a block of 6 rows fits 12 accumulators in the 16 ymm registers: 12 independent FMA chains where 4 rows
+// x 2 ymm kept 8, exactly an FMA's latency (4 cycles) x its 2 pipes, so any stall idled a pipe. The
+// projections of a 1.5B pass of 6 / 12 / 16 rows took 121-128 / 209-224 / 273-281 ms with 6-row blocks
+// against 162-173 / 231-250 / 303-311 with 4-row ones; 1-4 rows unchanged (Zen 3, 2 cores, the two
+// libraries interleaved in one process: benchmarks/results/kernels/avx2_six_row_blocks_zen3_2026-12-07).
 // The first slice prefetches the whole k-pairs it passes into L1 (the other slices then read them from
 // there or L2), and every slice its share of the next chunk into L2 (panel_rows), so DRAM streams
-// while slices 2-4 compute; without the latter, 4 rows in slices took longer than one row at a time.
+// while the later slices compute; without the latter, 4 rows in slices took longer than one row at a time.
 // A lane's FMAs run in k order either way (k, k+1, k+2, ...), so a row's result is bit-identical
 // whatever block it rides in.
-static const int MB = 4;
+static const int MB = 6;
 static const int PF_MIN_BLOCKS = 1;  // panel_rows: every block prefetches its share of the next chunk
 static const bool FP32_X = true;  // gemm hands micro x in fp32 too
-static const int SLICE_V = 2;  // ymm (8 outputs each) per slice: 4 rows x 2 = 8 accumulators + temporaries
 static const int PF_PAIRS = 16;  // k-pairs ahead that the first slice prefetches
 // The ymm of 8 outputs x a k-pair at p as fp32 weights of k (even) and k + 1 (odd).
 static inline void widen(const bf16* p, __m256& even, __m256& odd) {
@@ -175,29 +180,62 @@ static inline void widen(const int8_t* p, __m256& even, __m256& odd) {  // 16 in
   even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 16));
   odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(w, 16));
 }
-// acc[i][8 v0 .. 8 (v0 + SLICE_V)] += xf[i] . the slice's weights over the chunk, R rows (xf: fp32 from k0, stride K).
-template <int R, typename W>
-static void slice(const float* xf, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc, int v0,
+// The ymm of 8 outputs x a k-pair at p as fp32 weights of k (even) or k + 1 (odd) alone.
+static inline __m256 widen_even(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i*)p), 16));
+}
+static inline __m256 widen_odd(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256((const __m256i*)p), _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline __m256 widen_even(const int8_t* p) {
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p));
+  return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 16));
+}
+static inline __m256 widen_odd(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+// acc[i][8 v0 .. 8 (v0 + V)] += xf[i] . the slice's weights over the chunk, R rows (xf: fp32 from k0, stride K).
+template <int R, int V, typename W>
+__attribute__((noinline)) static void slice(const float* xf, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc, int v0,
                   const char* pf, int64_t pf_lines) {
-  __m256 a[R][SLICE_V];
+  __m256 a[R][V];
+  #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    for (int v = 0; v < SLICE_V; ++v) a[i][v] = _mm256_loadu_ps(acc + i * PANEL + (v0 + v) * 8);
+    #pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) a[i][v] = _mm256_loadu_ps(acc + i * PANEL + (v0 + v) * 8);
   const W* p = panel + k0 * PANEL + v0 * 16;
   const int lines = v0 == 0 ? (int)(2 * PANEL * sizeof(W) / 64) : 0;  // the first slice streams whole k-pairs
   const int64_t pf_step = (pf_lines + kc / 2 - 1) / (kc / 2);  // lines of the next chunk per k-pair
   for (int64_t k = 0; k < kc; k += 2, p += 2 * PANEL) {
     for (int j = 0; j < lines; ++j) _mm_prefetch((const char*)(p + PF_PAIRS * 2 * PANEL) + 64 * j, _MM_HINT_T0);
     for (int64_t j = k / 2 * pf_step; j < std::min(pf_lines, (k / 2 + 1) * pf_step); ++j) _mm_prefetch(pf + 64 * j, _MM_HINT_T1);
-    __m256 even[SLICE_V], odd[SLICE_V];
-    for (int v = 0; v < SLICE_V; ++v) widen(p + v * 16, even[v], odd[v]);
-    for (int i = 0; i < R; ++i) {  // row by row: two broadcasts live at a time (16 ymm registers in all)
-      const __m256 x0 = _mm256_broadcast_ss(xf + i * K + k), x1 = _mm256_broadcast_ss(xf + i * K + k + 1);
-      for (int v = 0; v < SLICE_V; ++v) a[i][v] = _mm256_fmadd_ps(x1, odd[v], _mm256_fmadd_ps(x0, even[v], a[i][v]));
+    // k's weights into every row, then k + 1's: a lane still sums k then k + 1, as one row does
+    __m256 w[V];
+    #pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) w[v] = widen_even(p + v * 16);
+    #pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const __m256 x0 = _mm256_broadcast_ss(xf + i * K + k);
+      #pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) a[i][v] = _mm256_fmadd_ps(x0, w[v], a[i][v]);
+    }
+    #pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) w[v] = widen_odd(p + v * 16);
+    #pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const __m256 x1 = _mm256_broadcast_ss(xf + i * K + k + 1);
+      #pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) a[i][v] = _mm256_fmadd_ps(x1, w[v], a[i][v]);
     }
   }
+  #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    for (int v = 0; v < SLICE_V; ++v) _mm256_storeu_ps(acc + i * PANEL + (v0 + v) * 8, a[i][v]);
+    #pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc + i * PANEL + (v0 + v) * 8, a[i][v]);
 }
+// ymm per slice (a divisor of 8) for a block of R rows: R x V accumulators + V weights + a broadcast
+// and the widening mask fit in 16 registers (4 rows x 3 did not: spilled, 1.2x slower)
+template <int R> constexpr int slice_v() { return R <= 2 ? 4 : 2; }
 template <int R, typename W>
 static void micro(const bf16* x, const float* xf, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc,
                   const char* pf = nullptr, int pf_lines = 0) {  // xf: x in fp32 (a broadcast is then one load)
@@ -215,9 +253,9 @@ static void micro(const bf16* x, const float* xf, int64_t K, const W* panel, int
     }
     for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + v * 8, a[v]);
   } else {
-    const int64_t share = (int64_t)pf_lines * (kc / 4) / (8 / SLICE_V);  // lines of the next chunk per slice
-    for (int v0 = 0; v0 < 8; v0 += SLICE_V)
-      slice<R>(xf + k0, K, panel, k0, kc, acc, v0, pf + v0 / SLICE_V * share * 64, share);
+    constexpr int V = slice_v<R>(), slices = 8 / V;
+    const int64_t share = (int64_t)pf_lines * (kc / 4) / slices;  // lines of the next chunk per slice
+    for (int s = 0; s < slices; ++s) slice<R, V>(xf + k0, K, panel, k0, kc, acc, s * V, pf + s * share * 64, share);
   }
 }
 #else
@@ -289,12 +327,15 @@ static void panel_rows(const bf16* x, const float* xf, int64_t M, int64_t K, con
   for (; m + MB <= M; m += MB, ++block)
     micro<MB>(x + m * K, xf ? xf + m * K : nullptr, K, panel, k0, kc, acc + m * PANEL, next + block * per * steps * 64, per);
   const bf16* xr = x + m * K;
+  const float* xfr = xf ? xf + m * K : nullptr;
   float* ar = acc + m * PANEL;
   const char* pf = next + block * per * steps * 64;
-  switch (M - m) {  // only reached with MB > 1: R rows of micro<R> then share each weight load
-    case 3: micro<3>(xr, xf ? xf + m * K : nullptr, K, panel, k0, kc, ar, pf, per); break;
-    case 2: micro<2>(xr, xf ? xf + m * K : nullptr, K, panel, k0, kc, ar, pf, per); break;
-    case 1: micro<1>(xr, xf ? xf + m * K : nullptr, K, panel, k0, kc, ar, pf, per); break;
+  switch (M - m) {  // the remainder as one block: R rows of micro<R> share each weight load
+    case 5: if constexpr (MB > 5) micro<5>(xr, xfr, K, panel, k0, kc, ar, pf, per); break;
+    case 4: if constexpr (MB > 4) micro<4>(xr, xfr, K, panel, k0, kc, ar, pf, per); break;
+    case 3: if constexpr (MB > 3) micro<3>(xr, xfr, K, panel, k0, kc, ar, pf, per); break;
+    case 2: if constexpr (MB > 2) micro<2>(xr, xfr, K, panel, k0, kc, ar, pf, per); break;
+    case 1: micro<1>(xr, xfr, K, panel, k0, kc, ar, pf, per); break;
     default: break;
   }
 }
