@@ -157,9 +157,9 @@ static void micro4(const bf16* x, int64_t K, const uint8_t* p, const float* sl, 
 // A slice applies a k-pair's even weights to every row, then its odd ones, so only V weights are live and
 // a block of 6 rows fits 12 accumulators in the 16 ymm registers: 12 independent FMA chains where 4 rows
 // x 2 ymm kept 8, exactly an FMA's latency (4 cycles) x its 2 pipes, so any stall idled a pipe. The
-// projections of a 1.5B pass of 6 / 12 / 16 rows took 121-128 / 209-224 / 273-281 ms with 6-row blocks
-// against 162-173 / 231-250 / 303-311 with 4-row ones; 1-4 rows unchanged (Zen 3, 2 cores, the two
-// libraries interleaved in one process: benchmarks/results/kernels/avx2_six_row_blocks_zen3_2026-12-07).
+// projections of a 1.5B pass of 5 / 6 / 8 / 12 / 16 rows took 119 / 124 / 155 / 218 / 273 ms with 6-row
+// blocks against 141 / 159 / 170 / 244 / 300 with 4-row ones; 1-4 rows unchanged (Zen 3, 2 cores, the
+// two libraries interleaved in one process: benchmarks/results/kernels/avx2_six_row_blocks_zen3_2026-12-07).
 // The first slice prefetches the whole k-pairs it passes into L1 (the other slices then read them from
 // there or L2), and every slice its share of the next chunk into L2 (panel_rows), so DRAM streams
 // while the later slices compute; without the latter, 4 rows in slices took longer than one row at a time.
@@ -195,6 +195,8 @@ static inline __m256 widen_odd(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p)), 16));
 }
 // acc[i][8 v0 .. 8 (v0 + V)] += xf[i] . the slice's weights over the chunk, R rows (xf: fp32 from k0, stride K).
+// Its own function with its loops unrolled, so its R x V accumulators get registers (6 x 2: one reload
+// from the stack per k-pair in the built code; inlined into gemm's OpenMP body it spilled more).
 template <int R, int V, typename W>
 __attribute__((noinline)) static void slice(const float* xf, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc, int v0,
                   const char* pf, int64_t pf_lines) {
@@ -316,7 +318,7 @@ static void micro4(const bf16* x, int64_t K, const uint8_t* p, const float* sl, 
 // or the next panel's first, which this thread takes next under the static schedule; a prefetch
 // never faults), and the streaming overlaps the compute. AVX-512: only from 3 blocks (7 rows) on
 // (PF_MIN_BLOCKS): with 2 (4-6 rows) the extra prefetches cost more than they hide (4 rows: 1.1-1.2x
-// slower, Zen 4); AVX2 from one block (its blocks walk a chunk in 4 slices, see micro).
+// slower, Zen 4); AVX2 from one block (its blocks walk a chunk in slices, see micro).
 template <typename W>
 static void panel_rows(const bf16* x, const float* xf, int64_t M, int64_t K, const W* panel, int64_t k0, int64_t kc, float* acc) {
   const int64_t blocks = (M + MB - 1) / MB, steps = kc / 4;
