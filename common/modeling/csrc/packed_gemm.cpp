@@ -169,18 +169,8 @@ static const int MB = 6;
 static const int PF_MIN_BLOCKS = 1;  // panel_rows: every block prefetches its share of the next chunk
 static const bool FP32_X = true;  // gemm hands micro x in fp32 too
 static const int PF_PAIRS = 16;  // k-pairs ahead that the first slice prefetches
-// The ymm of 8 outputs x a k-pair at p as fp32 weights of k (even) and k + 1 (odd).
-static inline void widen(const bf16* p, __m256& even, __m256& odd) {
-  const __m256i w = _mm256_loadu_si256((const __m256i*)p);
-  even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
-}
-static inline void widen(const int8_t* p, __m256& even, __m256& odd) {  // 16 int8 widened to int16 pairs
-  const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p));
-  even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(w, 16), 16));
-  odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(w, 16));
-}
-// The ymm of 8 outputs x a k-pair at p as fp32 weights of k (even) or k + 1 (odd) alone.
+// The ymm of 8 outputs x a k-pair at p as fp32 weights of k (even) or k + 1 (odd); bf16 widens exactly by
+// a shift or a mask, int8 (16 widened to int16 pairs) by sign extension.
 static inline __m256 widen_even(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i*)p), 16));
 }
@@ -247,11 +237,8 @@ static void micro(const bf16* x, const float* xf, int64_t K, const W* panel, int
     const W* p = panel + k0 * PANEL;
     for (int64_t k = k0; k < k0 + kc; k += 2, p += 2 * PANEL) {
       const __m256 x0 = _mm256_set1_ps(bf2f(x[k])), x1 = _mm256_set1_ps(bf2f(x[k + 1]));
-      for (int v = 0; v < 8; ++v) {
-        __m256 even, odd;
-        widen(p + v * 16, even, odd);
-        a[v] = _mm256_fmadd_ps(x1, odd, _mm256_fmadd_ps(x0, even, a[v]));
-      }
+      for (int v = 0; v < 8; ++v)  // the two widenings share one load (the compiler merges them)
+        a[v] = _mm256_fmadd_ps(x1, widen_odd(p + v * 16), _mm256_fmadd_ps(x0, widen_even(p + v * 16), a[v]));
     }
     for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + v * 8, a[v]);
   } else {
