@@ -1,7 +1,8 @@
-"""The A/B runs of one folder (default e2e_ab): one row per run (plain / tree tok/s, ratio, MAL, per-category
-ratios, greedy divergences), then the mean and range per (dataset, arm).   python3 summ.py [e2e_ab]"""
+"""Summary of an A/B folder written by ab_in_process.sh (or an older driver naming runs <name>_<run>_<arm>.json):
+one row per run (plain / tree tok/s, ratio, MAL, per-category ratios, greedy divergences), then the mean and range
+per (dataset, arm).   python3 benchmarks/ab_summary.py FOLDER"""
 import glob, json, os, re, statistics, sys
-d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e_ab")
+d = sys.argv[1]
 rows = []
 for f in sorted(glob.glob(f"{d}/*_*_*.json"), key=lambda f: int(re.search(r"_(\d+)_\w+\.json", f).group(1))):
     j = json.load(open(f)); a = j["aggregate"]; c = j["by_category"]
