@@ -168,7 +168,11 @@ def run(args) -> int:
         services += [start(cfg, cmd, rep, env) for cmd, rep in plan(cfg) if cmd == "draft"]
         return _supervise(cfg, services, stop, env)
     finally:
+        if stop.is_set():
+            print("treespec up: stopping every service", flush=True)
         stop_all(services)
+        if stop.is_set():
+            print("treespec up: stopped", flush=True)
 
 
 def _supervise(cfg: Config, services: list[Service], stop: StopFlag, env: dict[str, str]) -> int:

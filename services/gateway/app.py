@@ -75,8 +75,16 @@ def _admit(request: web.Request) -> None:
         request[state.RATE_HEADERS] = app[state.LIMITER].admit_request(who)
 
 
+LOGGED_MESSAGE_CHARS = 200  # a rejection's message as logged (the client gets it whole)
+
+
 def _error(request: web.Request, exc: ApiError) -> web.Response:
+    """The error as OpenAI JSON; counted in ``requests_total`` and logged (``request rejected``), as an
+    access log would."""
     request.app[state.METRICS].requests.labels(str(exc.status)).inc()
+    log.info("request rejected", status=exc.status, error_type=exc.type, code=exc.code, param=exc.param,
+             method=request.method, path=request.path, client=request.get(state.CLIENT_ADDR),
+             message=exc.message[:LOGGED_MESSAGE_CHARS])
     return web.json_response(exc.body(), status=exc.status, headers=exc.headers)
 
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common.cli_args import add_config_args, config_from_args
+from common.cli_args import config_or_report
 
 KEY_PREFIX = "tsk-"
 KEY_BYTES = 32
@@ -76,21 +76,39 @@ def revoke_key(path: str | Path, name: str) -> bool:
     return len(kept) != len(records)
 
 
+def _file_args(parser: argparse.ArgumentParser, action: bool) -> None:
+    """Where the keys file is: ``--keys-file``, else ``api_keys_file`` from ``--config`` / ``--set`` /
+    ``TREESPEC_API_KEYS_FILE``. Accepted before and after the action (``treespec keys add --keys-file F``);
+    on an action's parser they default to nothing, so they do not undo the same flag given before it."""
+    unset = {"default": argparse.SUPPRESS} if action else {}
+    parser.add_argument("--keys-file", help="keys file (default: config api_keys_file)", **unset)
+    parser.add_argument("--config", help="TOML config file (read for api_keys_file)", **unset)
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="a config key, e.g. api_keys_file=PATH",
+                        **(unset or {"default": []}))
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_config_args(parser)
-    parser.add_argument("--keys-file", help="keys file (default: config api_keys_file)")
+    _file_args(parser, action=False)
     sub = parser.add_subparsers(dest="action", required=True)
     add = sub.add_parser("add", help="create a key and print it once")
     add.add_argument("--name", help="a label for the key")
-    sub.add_parser("list", help="list key names (never the keys)")
+    listing = sub.add_parser("list", help="list key names (never the keys)")
     rev = sub.add_parser("revoke", help="delete a key")
     rev.add_argument("name")
+    for action in (add, listing, rev):
+        _file_args(action, action=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    path = args.keys_file or config_from_args(args).api_keys_file
+    if args.keys_file:
+        path = args.keys_file
+    else:
+        cfg = config_or_report(args, "keys")
+        if cfg is None:
+            return 2
+        path = cfg.api_keys_file
     if not path:
-        print("no keys file: set api_keys_file in the config or pass --keys-file", file=sys.stderr)
+        print("treespec keys: no keys file: pass --keys-file PATH or set api_keys_file in the config", file=sys.stderr)
         return 2
     try:
         return _dispatch(args, path)

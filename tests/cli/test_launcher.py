@@ -41,7 +41,7 @@ class TestLauncher:
 
     def test_ready_then_sigterm_leaves_no_orphans(self, tmp_path):
         """`up` reports ready, writes one log per service, and SIGTERM stops every child, each
-        service logging that it stopped (the log shows a clean shutdown, not a crash)."""
+        service logging that it stopped (the log shows a clean shutdown, not a crash) and `up` saying so last."""
         proc, addr = _up(tmp_path)
         client = SchedulerClient(addr, str(default_keys_dir()), name="launcher-test")  # `up`'s default keys
         client.wait_ready(120)
@@ -50,9 +50,10 @@ class TestLauncher:
         assert len(children) >= 3
         assert {p.name for p in tmp_path.glob("*.log")} >= {"scheduler-0.log", "draft-0.log", "verifier-0.log"}
         proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        out, _ = proc.communicate(timeout=30)
         time.sleep(0.5)
         assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        assert "treespec up: ready" in out and out.rstrip().endswith("treespec up: stopped")
         for service, event in (("gateway", "gateway stopped"), ("scheduler", "scheduler stopped"),
                                ("draft", "worker stopped"), ("verifier", "worker stopped")):
             assert event in (tmp_path / f"{service}-0.log").read_text(), service

@@ -167,6 +167,25 @@ class TestAbuse:
             return ok.status, junk.status
         assert serve(make_test_app(rate_limit_rpm=1), scenario) == (200, 429)
 
+    def test_rejections_are_logged(self):
+        """Every refused request leaves one ``request rejected`` log line (status, type, param, path; the
+        message cut to LOGGED_MESSAGE_CHARS), as an access log would, and is counted by status."""
+        from structlog.testing import capture_logs
+
+        from services.gateway.app import LOGGED_MESSAGE_CHARS
+
+        async def scenario(client):
+            bad = await client.post("/v1/completions", json={"prompt": "hi", "max_tokens": -5})
+            junk = await client.post("/v1/completions", data=b"{", headers={"Content-Type": "application/json"})
+            long = await client.post("/v1/completions", json={"prompt": "hi", "x" * 1000: 1})
+            return bad.status, junk.status, long.status
+        with capture_logs() as logs:
+            assert serve(make_test_app(), scenario) == (400, 400, 400)
+        rejected = [e for e in logs if e["event"] == "request rejected"]
+        assert [(e["status"], e["path"]) for e in rejected] == [(400, "/v1/completions")] * 3
+        assert rejected[0]["param"] == "max_tokens" and rejected[0]["error_type"] == "invalid_request_error"
+        assert "JSON" in rejected[1]["message"] and len(rejected[2]["message"]) == LOGGED_MESSAGE_CHARS
+
     def test_body_cap_is_413_json(self):
         """A body over max_request_bytes is a JSON 413, refused on its Content-Length."""
         async def scenario(client):
