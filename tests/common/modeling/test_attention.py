@@ -108,26 +108,31 @@ class TestTreeForward:
         torch.testing.assert_close(out[0], alone, atol=1e-4, rtol=1e-4)
 
 
-def _cache_pair(dtype, head_dim=16, heads=4):
-    """A 1-layer cache with two random slots of 20 and 30 committed rows, and a batch over them:
+def _cache_pair(dtype, head_dim=16, heads=4, lengths=(20, 30)):
+    """A 1-layer cache with two random slots of ``lengths`` committed rows, and a batch over them:
     slot 0 verifies 1 pending token plus a 3-node chain, slot 1 decodes 2 pending tokens.
     ``heads`` query heads on 2 KV heads of ``head_dim``."""
     from common.modeling.kv_cache import KVCache
     g = torch.Generator().manual_seed(7)
-    cache = KVCache(1, 2, 64, 2, head_dim, dtype, "cpu")
+    cache = KVCache(1, 2, max(lengths) + 34, 2, head_dim, dtype, "cpu")
     slots = [cache.allocate(), cache.allocate()]
     cache.k.copy_(torch.randn(cache.k.shape, generator=g))
     cache.v.copy_(torch.randn(cache.v.shape, generator=g))
-    cache.lengths[slots[0]], cache.lengths[slots[1]] = 20, 30
-    _, _, mask = build_batch([20, 30], [[1], [2, 3]], [np.array([5, 6, 7]), EMPTY_I64],
+    cache.lengths[slots[0]], cache.lengths[slots[1]] = lengths
+    _, _, mask = build_batch(list(lengths), [[1], [2, 3]], [np.array([5, 6, 7]), EMPTY_I64],
                              [np.array([ROOT, 0, 1]), EMPTY_I32])
     q = torch.randn(2, mask.shape[2], heads, head_dim, generator=g).to(dtype)
     return cache, slots, mask, q
 
 
 # (head_dim, query heads): AVX-512 loops (D % 16 == 0, D <= 128; 3 query heads per KV head leaves
-# one head of the last pair alone), and the portable loops (D = 24)
-SHAPES = [(16, 4), (128, 6), (24, 4)]
+# one head of the last pair alone), AVX2 loops (D % 64 == 0, D <= 128: 64 x 7 heads per KV head is
+# the 0.5B draft's shape, 128 x 3 the 1.5B main's group size halved) and the portable loops (D = 24; D = 16
+# without AVX-512)
+SHAPES = [(16, 4), (128, 6), (64, 14), (24, 4)]
+# committed rows of the two slots: fewer than one AVX2 block of 32 columns, and several blocks with a
+# remainder of 8-column and single-column dot products
+LENGTHS = [(20, 30), (75, 110)]
 
 
 class TestVisibleColumns:
@@ -148,11 +153,12 @@ class TestVisibleColumns:
 class TestExactAttention:
     @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
     @pytest.mark.parametrize("head_dim,heads", SHAPES)
-    def test_matches_sdpa(self, dtype, tol, head_dim, heads):
+    @pytest.mark.parametrize("lengths", LENGTHS)
+    def test_matches_sdpa(self, dtype, tol, head_dim, heads, lengths):
         """ExactAttention computes the same tree attention as SDPA (grouped-query heads, a tree and a padded segment) within float rounding, on its vectorized and portable paths."""
         from common.modeling.attention import ExactAttention, tree_attention
         from common.modeling.native import library
-        cache, slots, mask, q = _cache_pair(dtype, head_dim, heads)
+        cache, slots, mask, q = _cache_pair(dtype, head_dim, heads, lengths)
         ref = tree_attention(q, cache, 0, slots, mask)
         out = ExactAttention(library(), mask, slots, cache.max_len)(q, cache, 0, slots, mask)
         assert out.shape == ref.shape and out.dtype == dtype
@@ -160,13 +166,14 @@ class TestExactAttention:
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     @pytest.mark.parametrize("head_dim,heads", SHAPES)
-    def test_a_row_alone_is_bit_identical(self, dtype, head_dim, heads):
+    @pytest.mark.parametrize("lengths", LENGTHS)
+    def test_a_row_alone_is_bit_identical(self, dtype, head_dim, heads, lengths):
         """The pending token's row computed alone equals, bit for bit, the same row inside the pass with its tree."""
         from common.modeling.attention import ExactAttention
         from common.modeling.native import library
-        cache, slots, mask, q = _cache_pair(dtype, head_dim, heads)
+        cache, slots, mask, q = _cache_pair(dtype, head_dim, heads, lengths)
         both = ExactAttention(library(), mask, slots, cache.max_len)(q, cache, 0, slots, mask)
-        alone_mask = mask[:1, :, :1, :21]
+        alone_mask = mask[:1, :, :1, :lengths[0] + 1]
         alone = ExactAttention(library(), alone_mask, slots[:1], cache.max_len)(
             q[:1, :1].contiguous(), cache, 0, slots[:1], alone_mask)
         assert torch.equal(alone[0, 0], both[0, 0])
