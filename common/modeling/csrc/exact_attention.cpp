@@ -43,13 +43,19 @@ static void scores(const float* qf, const T* kb, const int32_t* cols, int64_t cn
   }
 }
 
+// In place: one head's scores sh[0 .. cnt) -> exp(sh - their maximum) (every softmax below starts so).
+static inline void exp_minus_max(float* sh, int64_t cnt) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < cnt; ++j) m = sh[j] > m ? sh[j] : m;
+  for (int64_t j = 0; j < cnt; ++j) sh[j] = exp_fast(sh[j] - m);
+}
+
 // In place: each head's scores s[h * cnt .. + cnt) -> exp(s - max); linv[h] = 1 / their sum.
 static void softmax_rows(float* s, int64_t cnt, int64_t g, float* linv) {
   for (int64_t h = 0; h < g; ++h) {
     float* sh = s + h * cnt;
-    float m = -INFINITY, l = 0.f;
-    for (int64_t j = 0; j < cnt; ++j) m = sh[j] > m ? sh[j] : m;
-    for (int64_t j = 0; j < cnt; ++j) sh[j] = exp_fast(sh[j] - m);
+    float l = 0.f;
+    exp_minus_max(sh, cnt);
     for (int64_t j = 0; j < cnt; ++j) l += sh[j];
     linv[h] = l > 0.f ? 1.f / l : 0.f;
   }
@@ -112,9 +118,7 @@ static void weighted_values16(const float* p, const T* vb, const int32_t* cols, 
 static void softmax16(float* s, int64_t cnt, int64_t g, float* linv) {
   for (int64_t h = 0; h < g; ++h) {
     float* sh = s + h * cnt;
-    float m = -INFINITY;
-    for (int64_t j = 0; j < cnt; ++j) m = sh[j] > m ? sh[j] : m;
-    for (int64_t j = 0; j < cnt; ++j) sh[j] = exp_fast(sh[j] - m);
+    exp_minus_max(sh, cnt);
     __m512 l = _mm512_setzero_ps();
     int64_t j = 0;
     for (; j + 16 <= cnt; j += 16) l = _mm512_add_ps(l, _mm512_loadu_ps(sh + j));
@@ -218,9 +222,7 @@ static void weighted_values8(const float* p, const T* vb, const int32_t* cols, i
 static void softmax8(float* s, int64_t cnt, int64_t g, float* linv) {
   for (int64_t h = 0; h < g; ++h) {
     float* sh = s + h * cnt;
-    float m = -INFINITY;
-    for (int64_t j = 0; j < cnt; ++j) m = sh[j] > m ? sh[j] : m;
-    for (int64_t j = 0; j < cnt; ++j) sh[j] = exp_fast(sh[j] - m);
+    exp_minus_max(sh, cnt);
     __m256 l = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= cnt; j += 8) l = _mm256_add_ps(l, _mm256_loadu_ps(sh + j));
