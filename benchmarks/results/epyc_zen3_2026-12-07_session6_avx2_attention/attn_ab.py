@@ -15,7 +15,7 @@ for name, (layers, H, KVH, D) in shapes.items():
         k = (torch.randn(layers, 1, L, KVH, D) * 0.5).bfloat16(); v = torch.randn(layers, 1, L, KVH, D).bfloat16()
         for R in (1, 4, 8):
             q = torch.randn(R, H, D).bfloat16()
-            cols = torch.cat([torch.cat([torch.arange(C + r + 1)]) for r in range(R)]).to(torch.int32)
+            cols = torch.cat([torch.arange(C + r + 1) for r in range(R)]).to(torch.int32)  # row r: the C cached columns and its r + 1 chain rows
             offs = torch.tensor([0] + [sum(C + i + 1 for i in range(r + 1)) for r in range(R)], dtype=torch.int64)
             slot = torch.zeros(R, dtype=torch.int64)
             outs, t = [], {i: [] for i in range(len(libs))}
