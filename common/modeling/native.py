@@ -47,7 +47,8 @@ import torch.nn.functional as F
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = tuple(CSRC / f for f in ("packed_gemm.cpp", "w4a8_gemm.cpp", "decoder_ops.cpp", "exact_attention.cpp",
                                    "decoder_forward.cpp"))  # one library
-HEADERS = tuple(CSRC / f for f in ("bf16.h", "int4_scales.h", "exp_fast.h", "amx.h", "w4a8_amx.h"))
+HEADERS = tuple(CSRC / f for f in ("bf16.h", "int4_scales.h", "exp_fast.h", "amx.h", "w4a8_amx.h",
+                                   "exact_attention_avx2.h"))
 HUGE_PAGE = 2 << 20  # bytes
 INT4_GROUP = 64  # input channels per int4 scale/low (quant.GROUP)
 BUILD_TIMEOUT_S = 120

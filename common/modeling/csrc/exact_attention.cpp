@@ -130,108 +130,7 @@ static void softmax16(float* s, int64_t cnt, int64_t g, float* linv) {
 #endif
 
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
-// AVX2 + FMA (no AVX-512: AMD Zen 2 / Zen 3 hosts), for head dims that are a multiple of 64 (Qwen2.5:
-// 64, 128). The portable loops ran at scalar speed there (about 1.5 multiply-adds a cycle): a 1-row
-// pass of the 1.5B main after 4,096 cached tokens cost 35 ms more than after 512 (28 layers x 2 KV
-// heads x 6 query heads), ten times what reading those keys and values takes. Keys and values are
-// widened to fp32 once per block of ACOLS columns into an L1 buffer shared by the KV head's query heads;
-// a score is 8 lanes of fused multiply-adds over d (ascending) and one fixed-order sum of the lanes
-// (``hsum8``), a value row accumulates ascending columns per lane. Every dot product and every
-// weighted sum runs the same operations in the same order whatever block it falls in, so a query row's
-// result does not depend on the pass around it (as on the AVX-512 path).
-#define EXACT_AVX2 1
-static const int64_t ACOLS = 32;  // columns per block: 32 x 128 fp32 = 16 KiB of keys or values in L1
-
-static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-static inline __m256 load8(const bf16* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
-}
-
-static inline float hsum8(__m256 v) {  // (l0 + l4 + (l2 + l6)) + (l1 + l5 + (l3 + l7)), always so
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
-
-// buf[c * D + d] = row cols[c] (c < n) of kb / vb widened to fp32; the rows of the next block (``ahead``
-// more columns listed after these) are prefetched meanwhile: one KV head's rows are every KVH-th run of D
-// values, a stride the hardware prefetcher followed too slowly (a 4,096-column 1-row pass streamed 7 GB/s).
-template <typename T>
-static inline void widen_block(const T* base, const int32_t* cols, int64_t n, int64_t ahead, int64_t step, int64_t D,
-                               float* buf) {
-  for (int64_t c = 0; c < n; ++c) {
-    if (c < ahead) {
-      const char* nr = (const char*)(base + (int64_t)cols[n + c] * step);
-      for (int64_t b = 0; b < D * (int64_t)sizeof(T); b += 64) _mm_prefetch(nr + b, _MM_HINT_T0);
-    }
-    const T* r = base + (int64_t)cols[c] * step;
-    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(buf + c * D + d, load8(r + d));
-  }
-}
-
-// Scores of C columns (buf rows c0..) for one query head qh: C independent FMA chains over d.
-template <int C>
-static inline void dots(const float* qh, const float* buf, int64_t D, float scale, float* out) {
-  __m256 a[C];
-  for (int c = 0; c < C; ++c) a[c] = _mm256_setzero_ps();
-  for (int64_t d = 0; d < D; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(qh + d);
-    for (int c = 0; c < C; ++c) a[c] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(buf + c * D + d), a[c]);
-  }
-  for (int c = 0; c < C; ++c) out[c] = hsum8(a[c]) * scale;
-}
-
-template <typename T>
-static void scores8(const float* qf, const T* kb, const int32_t* cols, int64_t cnt, int64_t step, int64_t g,
-                    int64_t D, float scale, float* s, float* buf) {
-  for (int64_t j0 = 0; j0 < cnt; j0 += ACOLS) {
-    const int64_t n = std::min(ACOLS, cnt - j0);
-    widen_block(kb, cols + j0, n, std::min(ACOLS, cnt - j0 - n), step, D, buf);
-    for (int64_t h = 0; h < g; ++h) {
-      int64_t c = 0;
-      for (; c + 8 <= n; c += 8) dots<8>(qf + h * D, buf + c * D, D, scale, s + h * cnt + j0 + c);
-      for (; c < n; ++c) dots<1>(qf + h * D, buf + c * D, D, scale, s + h * cnt + j0 + c);
-    }
-  }
-}
-
-// acc[h * D + d] += sum over columns j (ascending) of p[h * cnt + j] * v_{cols[j]}[d], 64 dims (8
-// accumulators) of one query head at a time over each widened block.
-template <typename T>
-static void weighted_values8(const float* p, const T* vb, const int32_t* cols, int64_t cnt, int64_t step,
-                             int64_t g, int64_t D, float* acc, float* buf) {
-  std::fill(acc, acc + g * D, 0.f);
-  for (int64_t j0 = 0; j0 < cnt; j0 += ACOLS) {
-    const int64_t n = std::min(ACOLS, cnt - j0);
-    widen_block(vb, cols + j0, n, std::min(ACOLS, cnt - j0 - n), step, D, buf);
-    for (int64_t h = 0; h < g; ++h)
-      for (int64_t d0 = 0; d0 < D; d0 += 64) {
-        float* ah = acc + h * D + d0;
-        __m256 a[8];
-        for (int i = 0; i < 8; ++i) a[i] = _mm256_loadu_ps(ah + 8 * i);
-        for (int64_t c = 0; c < n; ++c) {
-          const __m256 pc = _mm256_set1_ps(p[h * cnt + j0 + c]);
-          for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(pc, _mm256_loadu_ps(buf + c * D + d0 + 8 * i), a[i]);
-        }
-        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(ah + 8 * i, a[i]);
-      }
-  }
-}
-
-// In place: s[h * cnt ..) -> exp(s - max); linv[h] = 1 / sum (8 lanes of partial sums, then hsum8).
-static void softmax8(float* s, int64_t cnt, int64_t g, float* linv) {
-  for (int64_t h = 0; h < g; ++h) {
-    float* sh = s + h * cnt;
-    exp_minus_max(sh, cnt);
-    __m256 l = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= cnt; j += 8) l = _mm256_add_ps(l, _mm256_loadu_ps(sh + j));
-    alignas(32) float tail[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int64_t t = 0; j + t < cnt; ++t) tail[t] = sh[j + t];
-    const float sum = hsum8(_mm256_add_ps(l, _mm256_load_ps(tail)));
-    linv[h] = sum > 0.f ? 1.f / sum : 0.f;
-  }
-}
+#include "exact_attention_avx2.h"  // EXACT_AVX2: row groups
 #endif
 
 // One (row, KV head) without AVX-512: scores, softmax, then the value rows in ascending columns.
@@ -251,42 +150,101 @@ static void portable_row(const float* qf, const T* kb, const T* vb, const int32_
   }
 }
 
+#if defined(EXACT_AVX2)
+static const int64_t GROUP_ROWS = 16;  // rows of one slot attended together at most (their scores: 16 x g x cnt floats)
+#endif
+
+// Row groups: the first row of each, then N. Consecutive rows of one slot share a group (at most ``cap``
+// rows) while a row's column list begins with at least half of the group's first row's list (a tree's or a
+// prefill chunk's rows after the committed columns; a padding row, which sees column 0 only, starts its own).
+static std::vector<int64_t> row_groups(const int64_t* row_slot, const int64_t* offsets, const int32_t* cols,
+                                       int64_t N, int64_t cap) {
+  std::vector<int64_t> starts;
+  for (int64_t n = 0; n < N; ++n) {
+    if (!starts.empty() && n - starts.back() < cap && row_slot[n] == row_slot[starts.back()]) {
+      const int64_t f = starts.back(), len = std::min(offsets[f + 1] - offsets[f], offsets[n + 1] - offsets[n]);
+      const int32_t* a = cols + offsets[f];
+      const int64_t common = std::mismatch(a, a + len, cols + offsets[n]).first - a;
+      if (common >= std::max<int64_t>(1, (offsets[f + 1] - offsets[f]) / 2)) continue;
+    }
+    starts.push_back(n);
+  }
+  starts.push_back(N);
+  return starts;
+}
+
+// One row's attention over one KV head by the AVX-512 or the portable loops (outputs unnormalized in acc).
+template <typename T>
+static void one_row(const float* qf, const T* kb, const T* vb, const int32_t* cols, int64_t cnt, int64_t step,
+                    int64_t g, int64_t D, float scale, float* s, float* linv, float* acc) {
+#if defined(__AVX512F__)
+  if (D % 16 == 0 && D <= 128) {
+    scores16(qf, kb, cols, cnt, step, g, D, scale, s);
+    softmax16(s, cnt, g, linv);
+    weighted_values16(s, vb, cols, cnt, step, g, D, acc);
+    return;
+  }
+#endif
+  portable_row(qf, kb, vb, cols, cnt, step, g, D, scale, s, linv, acc);
+}
+
+// One task: rows [n0, n0 + m) of one slot (a row group) over KV head kh; out rows written normalized.
+template <typename T>
+static void attend_group(const T* q, const T* k, const T* v, T* out, const int64_t* row_slot, const int64_t* offsets,
+                         const int32_t* cols, int64_t n0, int64_t m, int64_t kh, int64_t H, int64_t KVH, int64_t D,
+                         int64_t L, float scale, std::vector<float>* work) {
+  const int64_t g = H / KVH, step = KVH * D, base = row_slot[n0] * L * step + kh * D;
+  std::vector<const int32_t*> rc(m);
+  std::vector<int64_t> cnt(m), soff(m + 1, 0);
+  for (int64_t r = 0; r < m; ++r) {
+    rc[r] = cols + offsets[n0 + r], cnt[r] = offsets[n0 + r + 1] - offsets[n0 + r];
+    soff[r + 1] = soff[r] + g * cnt[r];
+  }
+  std::vector<float>&qf = work[0], &acc = work[1], &s = work[2], &linv = work[3], &buf = work[4];
+  qf.resize(m * g * D), acc.resize(m * g * D), s.assign(soff[m], 0.f), linv.resize(m * g);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < g * D; ++i) qf[r * g * D + i] = ld(q, ((n0 + r) * H + kh * g) * D + i);
+#if defined(EXACT_AVX2)
+  if (D % 64 == 0 && D <= 128) {
+    int64_t shared = cnt[0];  // the columns every row's list begins with
+    for (int64_t r = 1; r < m; ++r)
+      shared = std::mismatch(rc[0], rc[0] + std::min(shared, cnt[r]), rc[r]).first - rc[0];
+    buf.resize(ACOLS * D);
+    group_rows8(qf.data(), k + base, v + base, RowGroup{m, shared, rc.data(), cnt.data()}, step, g, D, scale, s.data(),
+                soff.data(), linv.data(), acc.data(), buf.data());
+  } else
+#endif
+    for (int64_t r = 0; r < m; ++r)
+      one_row(qf.data() + r * g * D, k + base, v + base, rc[r], cnt[r], step, g, D, scale, s.data() + soff[r],
+              linv.data() + r * g, acc.data() + r * g * D);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t h = 0; h < g; ++h)
+      for (int64_t d = 0; d < D; ++d)
+        st(out, ((n0 + r) * H + kh * g + h) * D + d, acc[(r * g + h) * D + d] * linv[r * g + h]);
+}
+
 // q, out [N, H, D]; k, v: one layer's cache [slots, L, KVH, D]; row n reads slot row_slot[n] at the
 // columns cols[offsets[n] .. offsets[n + 1]). Grouped-query attention: H / KVH query heads per KV head.
+// Tasks are (row group, KV head), interleaved across threads (a causal prefill's later rows cost more);
+// groups of several rows only where the AVX2 loops run and there are tasks enough for every thread.
 template <typename T>
 static void exact_attention(const T* q, const T* k, const T* v, T* out, const int64_t* row_slot,
                             const int64_t* offsets, const int32_t* cols, int64_t N, int64_t H, int64_t KVH,
                             int64_t D, int64_t L, float scale, int threads) {
-  const int64_t g = H / KVH, step = KVH * D;
+  int64_t cap = 1;
+#if defined(EXACT_AVX2)
+  if (D % 64 == 0 && D <= 128) cap = std::max<int64_t>(1, std::min(GROUP_ROWS, N * KVH / std::max(threads, 1)));
+#endif
+  const std::vector<int64_t> starts = row_groups(row_slot, offsets, cols, N, cap);
+  const int64_t groups = (int64_t)starts.size() - 1;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> qf(g * D), acc(g * D), s, linv(g);
-#if defined(EXACT_AVX2)
-    std::vector<float> buf(ACOLS * D);  // one block of widened keys or values
-#endif
-#pragma omp for schedule(static, 1)  // interleaved: a causal prefill's later rows cost more
-    for (int64_t task = 0; task < N * KVH; ++task) {  // one (row, KV head): its g query heads share each K/V load
-      const int64_t n = task / KVH, kh = task % KVH, c0 = offsets[n], cnt = offsets[n + 1] - c0;
-      const int64_t base = row_slot[n] * L * step + kh * D;
-      for (int64_t i = 0; i < g * D; ++i) qf[i] = ld(q, (n * H + kh * g) * D + i);
-      s.assign(g * cnt, 0.f);
-#if defined(__AVX512F__)
-      if (D % 16 == 0 && D <= 128) {
-        scores16(qf.data(), k + base, cols + c0, cnt, step, g, D, scale, s.data());
-        softmax16(s.data(), cnt, g, linv.data());
-        weighted_values16(s.data(), v + base, cols + c0, cnt, step, g, D, acc.data());
-      } else
-#elif defined(EXACT_AVX2)
-      if (D % 64 == 0 && D <= 128) {
-        scores8(qf.data(), k + base, cols + c0, cnt, step, g, D, scale, s.data(), buf.data());
-        softmax8(s.data(), cnt, g, linv.data());
-        weighted_values8(s.data(), v + base, cols + c0, cnt, step, g, D, acc.data(), buf.data());
-      } else
-#endif
-        portable_row(qf.data(), k + base, v + base, cols + c0, cnt, step, g, D, scale, s.data(), linv.data(),
-                     acc.data());
-      for (int64_t h = 0; h < g; ++h)
-        for (int64_t d = 0; d < D; ++d) st(out, (n * H + kh * g + h) * D + d, acc[h * D + d] * linv[h]);
+    std::vector<float> work[5];  // this thread's query, output, score, 1 / sum and block buffers
+#pragma omp for schedule(static, 1)
+    for (int64_t task = 0; task < groups * KVH; ++task) {
+      const int64_t gi = task / KVH;
+      attend_group(q, k, v, out, row_slot, offsets, cols, starts[gi], starts[gi + 1] - starts[gi], task % KVH, H, KVH,
+                   D, L, scale, work);
     }
   }
 }

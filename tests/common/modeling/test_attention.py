@@ -178,6 +178,30 @@ class TestExactAttention:
             q[:1, :1].contiguous(), cache, 0, slots[:1], alone_mask)
         assert torch.equal(alone[0, 0], both[0, 0])
 
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    @pytest.mark.parametrize("head_dim,heads", SHAPES)
+    def test_every_row_of_a_tree_and_a_prefill_chunk_equals_itself_alone(self, dtype, head_dim, heads):
+        """Each row of a branching tree after 75 committed columns, and of a 40-token prefill chunk after 70 (rows of
+        one slot that the AVX2 loops attend as a group, widening shared key/value blocks once), equals bit for bit
+        the same row computed alone."""
+        from common.modeling.attention import ExactAttention
+        from common.modeling.native import library
+        from common.modeling.kv_cache import KVCache
+        g = torch.Generator().manual_seed(3)
+        cache = KVCache(1, 2, 160, 2, head_dim, dtype, "cpu")
+        slots = [cache.allocate(), cache.allocate()]
+        cache.k.copy_(torch.randn(cache.k.shape, generator=g))
+        cache.v.copy_(torch.randn(cache.v.shape, generator=g))
+        parents = np.array([ROOT, ROOT, 0, 0, 1, 2, 5], np.int32)
+        _, _, mask = build_batch([75, 70], [[1], list(range(2, 42))], [np.arange(7), EMPTY_I64], [parents, EMPTY_I32])
+        q = torch.randn(2, mask.shape[2], heads, head_dim, generator=g).to(dtype)
+        pass_out = ExactAttention(library(), mask, slots, cache.max_len)(q, cache, 0, slots, mask)
+        for b, t in [(0, t) for t in range(8)] + [(1, t) for t in (0, 1, 17, 39)]:
+            row_mask = mask[b:b + 1, :, t:t + 1]
+            alone = ExactAttention(library(), row_mask, slots[b:b + 1], cache.max_len)(
+                q[b:b + 1, t:t + 1].contiguous(), cache, 0, slots[b:b + 1], row_mask)
+            assert torch.equal(alone[0, 0], pass_out[b, t]), (b, t)
+
     def test_refuses_other_dtypes(self):
         """float16 tensors (no kernel for them) raise ValueError instead of being read at the wrong width."""
         from common.modeling.attention import ExactAttention
