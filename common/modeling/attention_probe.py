@@ -9,7 +9,8 @@ about 1,000 tokens (20.8 vs 22.4 ms). A fixed column limit is right on one of th
 worker times one pass of one sequence's ``rows`` rows of its own model after each column count of
 ``COLUMN_LADDER`` with both kernels (random KV contents: the cost does not depend on them) and keeps
 the C++ kernel up to the last count before SDPA first wins by more than ``SDPA_MARGIN``
-(``choose_max_cols``; a win of SDPA is timed twice, ``_confirmed``). Those limits are
+(``choose_max_cols``; a win of SDPA is timed twice, ``_confirmed``; a row count never gets a lower limit
+than a bigger one, ``monotone_limits``). Those limits are
 ``DecoderModel.exact_limits``; a pass of several sequences also keeps the limits the model was built
 with (``exact_batch_limits``): SDPA pads every segment of a batch to the longest one, which a
 one-sequence probe does not see (7 decodes + one 17-row tree after 1,500 tokens: 471 ms with SDPA,
@@ -88,6 +89,20 @@ def choose_max_cols(timings: dict[str, float], rows: int, ladder: tuple[int, ...
             return limit if limit is not None else 0
         limit = cols
     return None  # won at every count: no limit
+
+
+def monotone_limits(limits: Limits) -> Limits:
+    """``limits`` (ascending row counts) with each row count's column limit raised to the largest limit of
+    any bigger row count (None: any columns, above every number; 0: none). SDPA's blocked kernel gains on
+    the C++ kernel as rows grow (it shares each key block among more rows), so a row count whose limit
+    sits below a bigger one's was timed in a slow moment: on the AVX2-only AMD EPYC Zen 3 host one start
+    sent 16-row passes past 1,024 columns to SDPA on one 426 against 382 ms timing while 32-row passes kept
+    the kernel at every count and the kernel was faster at 16 rows in every other measurement."""
+    out, best = [], 0
+    for rows, cols in reversed(limits):
+        best = None if cols is None or best is None else max(best, cols)
+        out.append((rows, best))
+    return tuple(reversed(out))
 
 
 def sdpa_wins(exact_ms: float, sdpa_ms: float) -> bool:
@@ -206,7 +221,7 @@ def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[
     if path is not None and path.is_file():
         try:
             raw = json.loads(path.read_text())
-            limits = tuple((int(r), None if c is None else int(c)) for r, c in raw["limits"])
+            limits = monotone_limits(tuple((int(r), None if c is None else int(c)) for r, c in raw["limits"]))
             return AttentionPlan(limits, {k: float(v) for k, v in raw["timings"].items()}, "cache", float(raw["probe_s"]))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale: measure again and overwrite
@@ -217,7 +232,7 @@ def measure(model, rows: tuple[int, ...], cache_dir: Path | None, ladder: tuple[
         return AttentionPlan(model.exact_limits, timings, "default" if complete else "probe-incomplete", round(wall, 3))
     busy = host_was_busy(time.process_time() - cpu_start, wall)
     used = usable_ladder(model, rows, ladder)  # as probe_timings ran them
-    limits = tuple((r, choose_max_cols(timings, r, used)) for r in rows)
+    limits = monotone_limits(tuple((r, choose_max_cols(timings, r, used)) for r in rows))
     plan = AttentionPlan(limits, timings, "probe-busy" if busy else "probe", round(wall, 3))
     settled = model.kernel_plan is None or model.kernel_plan.source in ("probe", "cache", "default")
     if path is not None and not busy and settled:
@@ -243,4 +258,4 @@ def install(model, rows: tuple[int, ...], enabled: bool, cache_dir: Path | None,
 
 
 __all__ = ["AttentionPlan", "COLUMN_LADDER", "Limits", "SDPA_MARGIN", "choose_max_cols", "install", "measure",
-           "plan_key", "probe_timings", "sdpa_wins", "usable_ladder"]
+           "monotone_limits", "plan_key", "probe_timings", "sdpa_wins", "usable_ladder"]

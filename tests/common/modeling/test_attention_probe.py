@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from common.modeling.attention_probe import (COLUMN_LADDER, SDPA_MARGIN, AttentionPlan, choose_max_cols, install,
-                                             measure, probe_timings)
+                                             measure, monotone_limits, probe_timings)
 from common.modeling.loader import load_model
 from common.modeling.native import library
 from common.modeling.runner import forward_segments
@@ -65,6 +65,37 @@ class TestChooseMaxCols:
         t["4/1024/exact"] = 9.0
         assert choose_max_cols(t, 4) == 512
 
+
+class TestMonotoneLimits:
+    def test_a_smaller_row_count_gets_at_least_a_bigger_ones_limit(self):
+        """16 rows measured at 1,024 columns while 32 rows kept the kernel everywhere: 16 rows get no limit
+        either; 1 and 4 rows keep their own bigger limits, and 0 (never) is raised to 8 rows' 512."""
+        got = monotone_limits(((1, None), (4, 0), (8, 512), (16, 1024), (32, None)))
+        assert got == ((1, None), (4, None), (8, None), (16, None), (32, None))
+        assert monotone_limits(((1, 2048), (4, 0), (8, 512), (32, 0))) == ((1, 2048), (4, 512), (8, 512), (32, 0))
+
+    def test_limits_already_falling_with_rows_are_kept(self):
+        """Limits that already fall as rows grow (the usual shape) come back unchanged."""
+        limits = ((1, None), (4, None), (8, 2048), (16, 1024), (32, 0))
+        assert monotone_limits(limits) == limits and monotone_limits(()) == ()
+
+    @needs_lib
+    def test_probe_and_cache_apply_it(self, tmp_path):
+        """A probe whose 1-row timings lose at 512 columns while 4 rows win up to 1,024 stores 1,024 for both; a
+        cache file written with a lower limit for fewer rows is read raised."""
+        import json
+
+        def timer(label, fn):
+            arm, rows, cols = label
+            wins = int(cols) <= (1024 if rows == 4 else 0)
+            return 2.0 if arm == "sdpa" else (1.0 if wins else 3.0)
+        plan = measure(_model(), (1, 4), tmp_path, timer=timer)
+        assert plan.source == "probe" and plan.limits == ((1, 1024), (4, 1024))
+        path = next(tmp_path.glob("attention-*.json"))
+        raw = json.loads(path.read_text())
+        raw["limits"] = [[1, 0], [4, 1024]]
+        path.write_text(json.dumps(raw))
+        assert measure(_model(), (1, 4), tmp_path, timer=timer).limits == ((1, 1024), (4, 1024))
 
 def _routed(limits, batch_limits=()):
     """A tiny model with a stand-in library (routing only looks at whether one is set) and these limits."""
