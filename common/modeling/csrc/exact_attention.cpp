@@ -154,23 +154,31 @@ static void portable_row(const float* qf, const T* kb, const T* vb, const int32_
 static const int64_t GROUP_ROWS = 16;  // rows of one slot attended together at most (their scores: 16 x g x cnt floats)
 #endif
 
-// Row groups: the first row of each, then N. Consecutive rows of one slot share a group (at most ``cap``
-// rows) while a row's column list begins with at least half of the group's first row's list (a tree's or a
-// prefill chunk's rows after the committed columns; a padding row, which sees column 0 only, starts its own).
-static std::vector<int64_t> row_groups(const int64_t* row_slot, const int64_t* offsets, const int32_t* cols,
-                                       int64_t N, int64_t cap) {
-  std::vector<int64_t> starts;
+// Row groups: starts = the first row of each, then N; shared[i] = how many columns every row of group i lists
+// first alike. Consecutive rows of one slot share a group (at most ``cap`` rows) while a row's column list
+// begins with at least half of the group's first row's list (a tree's or a prefill chunk's rows after the
+// committed columns; a padding row, which sees column 0 only, starts its own).
+struct RowGroups {
+  std::vector<int64_t> starts, shared;
+};
+static RowGroups row_groups(const int64_t* row_slot, const int64_t* offsets, const int32_t* cols, int64_t N,
+                            int64_t cap) {
+  RowGroups out;
   for (int64_t n = 0; n < N; ++n) {
-    if (!starts.empty() && n - starts.back() < cap && row_slot[n] == row_slot[starts.back()]) {
-      const int64_t f = starts.back(), len = std::min(offsets[f + 1] - offsets[f], offsets[n + 1] - offsets[n]);
+    if (!out.starts.empty() && n - out.starts.back() < cap && row_slot[n] == row_slot[out.starts.back()]) {
+      const int64_t f = out.starts.back(), len = std::min(offsets[f + 1] - offsets[f], offsets[n + 1] - offsets[n]);
       const int32_t* a = cols + offsets[f];
       const int64_t common = std::mismatch(a, a + len, cols + offsets[n]).first - a;
-      if (common >= std::max<int64_t>(1, (offsets[f + 1] - offsets[f]) / 2)) continue;
+      if (common >= std::max<int64_t>(1, (offsets[f + 1] - offsets[f]) / 2)) {
+        out.shared.back() = std::min(out.shared.back(), common);
+        continue;
+      }
     }
-    starts.push_back(n);
+    out.starts.push_back(n);
+    out.shared.push_back(offsets[n + 1] - offsets[n]);
   }
-  starts.push_back(N);
-  return starts;
+  out.starts.push_back(N);
+  return out;
 }
 
 // One row's attention over one KV head by the AVX-512 or the portable loops (outputs unnormalized in acc).
@@ -188,11 +196,12 @@ static void one_row(const float* qf, const T* kb, const T* vb, const int32_t* co
   portable_row(qf, kb, vb, cols, cnt, step, g, D, scale, s, linv, acc);
 }
 
-// One task: rows [n0, n0 + m) of one slot (a row group) over KV head kh; out rows written normalized.
+// One task: rows [n0, n0 + m) of one slot (a row group whose lists begin with ``shared`` columns alike) over
+// KV head kh; out rows written normalized.
 template <typename T>
 static void attend_group(const T* q, const T* k, const T* v, T* out, const int64_t* row_slot, const int64_t* offsets,
-                         const int32_t* cols, int64_t n0, int64_t m, int64_t kh, int64_t H, int64_t KVH, int64_t D,
-                         int64_t L, float scale, std::vector<float>* work) {
+                         const int32_t* cols, int64_t n0, int64_t m, int64_t shared, int64_t kh, int64_t H,
+                         int64_t KVH, int64_t D, int64_t L, float scale, std::vector<float>* work) {
   const int64_t g = H / KVH, step = KVH * D, base = row_slot[n0] * L * step + kh * D;
   std::vector<const int32_t*> rc(m);
   std::vector<int64_t> cnt(m), soff(m + 1, 0);
@@ -206,9 +215,6 @@ static void attend_group(const T* q, const T* k, const T* v, T* out, const int64
     for (int64_t i = 0; i < g * D; ++i) qf[r * g * D + i] = ld(q, ((n0 + r) * H + kh * g) * D + i);
 #if defined(EXACT_AVX2)
   if (D % 64 == 0 && D <= 128) {
-    int64_t shared = cnt[0];  // the columns every row's list begins with
-    for (int64_t r = 1; r < m; ++r)
-      shared = std::mismatch(rc[0], rc[0] + std::min(shared, cnt[r]), rc[r]).first - rc[0];
     buf.resize(ACOLS * D);
     group_rows8(qf.data(), k + base, v + base, RowGroup{m, shared, rc.data(), cnt.data()}, step, g, D, scale, s.data(),
                 soff.data(), linv.data(), acc.data(), buf.data());
@@ -235,16 +241,16 @@ static void exact_attention(const T* q, const T* k, const T* v, T* out, const in
 #if defined(EXACT_AVX2)
   if (D % 64 == 0 && D <= 128) cap = std::max<int64_t>(1, std::min(GROUP_ROWS, N * KVH / std::max(threads, 1)));
 #endif
-  const std::vector<int64_t> starts = row_groups(row_slot, offsets, cols, N, cap);
-  const int64_t groups = (int64_t)starts.size() - 1;
+  const RowGroups grp = row_groups(row_slot, offsets, cols, N, cap);
+  const int64_t groups = (int64_t)grp.shared.size();
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> work[5];  // this thread's query, output, score, 1 / sum and block buffers
 #pragma omp for schedule(static, 1)
     for (int64_t task = 0; task < groups * KVH; ++task) {
       const int64_t gi = task / KVH;
-      attend_group(q, k, v, out, row_slot, offsets, cols, starts[gi], starts[gi + 1] - starts[gi], task % KVH, H, KVH,
-                   D, L, scale, work);
+      attend_group(q, k, v, out, row_slot, offsets, cols, grp.starts[gi], grp.starts[gi + 1] - grp.starts[gi],
+                   grp.shared[gi], task % KVH, H, KVH, D, L, scale, work);
     }
   }
 }
