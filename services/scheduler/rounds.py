@@ -258,28 +258,7 @@ class RoundDriver:
             if sid not in rnd.outs:
                 seq.draft.rolled_back(rnd.draft_held[sid])
                 continue
-            tree = rnd.trees.get(sid, EMPTY_TREE)
-            degraded = (self.speculative and self.planner.shape[0] > 0 and seq.params.speculate and sid not in rnd.drafted
-                        and sid not in rnd.prefill and sid not in rnd.deferred)
-            self.plain_steps += int(degraded)
-            fit = self.planner.observe_tree(rnd, seq, wire.tree_from_wire(tree))
-            if fit is None:
-                seq.fit.age()
-            else:
-                by_draft.append(fit)
-            delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
-            self.losses.pop(sid, None)
-            accepted.append((seq, len(delta.tokens)))
-            gw = self.owners.get(sid)
-            if gw is not None:
-                out.append((gw, delta))
-            if delta.finish is not None:
-                if delta.finish in (wire.FinishReason.STOP, wire.FinishReason.LENGTH):
-                    self.planner.lengths.observe(len(seq.output))
-                self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output),
-                              verify_steps=seq.verify_steps)
-                self.owners.pop(sid, None)
-                out += self._release(seq)
+            out += self._commit(rnd, seq, by_draft, accepted)
         observe_fits(by_draft)
         if any(seq.finish is not None for seq, _ in accepted):
             self.planner.refills.finished(others_running=bool(self.core.running))
@@ -290,6 +269,33 @@ class RoundDriver:
                     from_guess=rnd.guessed, tree_nodes=nodes, lookup_grafts=len(rnd.grafts),
                     lookup_nodes=[len(rnd.grafts[s.request_id].chain_nodes) if s.request_id in rnd.grafts else 0
                                   for s, _ in accepted])
+        return out
+
+    def _commit(self, rnd: Round, seq: Sequence, by_draft: list, accepted: list) -> list[Out]:
+        """Commit one verified sequence of ``rnd``: its delta to its gateway, its fit to ``by_draft``,
+        ``(seq, tokens committed)`` to ``accepted``; a finished sequence is released."""
+        sid = seq.request_id
+        tree = rnd.trees.get(sid, EMPTY_TREE)
+        degraded = (self.speculative and self.planner.shape[0] > 0 and seq.params.speculate and sid not in rnd.drafted
+                    and sid not in rnd.prefill and sid not in rnd.deferred)
+        self.plain_steps += int(degraded)
+        fit = self.planner.observe_tree(rnd, seq, wire.tree_from_wire(tree))
+        if fit is None:
+            seq.fit.age()
+        else:
+            by_draft.append(fit)
+        delta = self.core.commit(seq, tree.tokens.numpy().tolist(), rnd.outs[sid])
+        self.losses.pop(sid, None)
+        accepted.append((seq, len(delta.tokens)))
+        gw = self.owners.get(sid)
+        out: list[Out] = [] if gw is None else [(gw, delta)]
+        if delta.finish is not None:
+            if delta.finish in (wire.FinishReason.STOP, wire.FinishReason.LENGTH):
+                self.planner.lengths.observe(len(seq.output))
+            self.log.info("finished", request_id=sid, finish=delta.finish.value, output_tokens=len(seq.output),
+                          verify_steps=seq.verify_steps)
+            self.owners.pop(sid, None)
+            out += self._release(seq)
         return out
 
     # ---- failures -----------------------------------------------------------------------
