@@ -6,11 +6,17 @@ verify passes) to ``attention.ExactAttention``, which also opens the one-call na
 CPU: a 4-row draft level after 2,048 KV columns took 17.4 ms with the C++ kernel and 18.4 with SDPA
 on the 2-core AMD EPYC Zen 5 host (BENCHMARKS.md), while on the 2-core Intel Xeon host SDPA won past
 about 1,000 tokens (20.8 vs 22.4 ms). A fixed column limit is right on one of them only, so the
-worker times one pass of one sequence's ``rows`` rows of its own model after each column count of
-``COLUMN_LADDER`` with both kernels (random KV contents: the cost does not depend on them) and keeps
-the C++ kernel up to the last count before SDPA first wins by more than ``SDPA_MARGIN``
-(``choose_max_cols``; a win of SDPA is timed twice, ``_confirmed``; a row count never gets a lower limit
-than a bigger one, ``monotone_limits``). Those limits are
+worker times, for one sequence's ``rows`` rows of its own model after each column count of
+``COLUMN_LADDER``, the attention of one pass (every layer's call and nothing else) with both kernels
+(random queries and KV contents: the cost does not depend on them), and one whole pass per row count,
+and keeps the C++ kernel up to the last count before SDPA's attention first wins by more than
+``SDPA_MARGIN`` of that whole pass (``choose_max_cols``; a win of SDPA is timed twice, ``_confirmed``; a
+row count never gets a lower limit than a bigger one, ``monotone_limits``). Timing the attention alone
+is what makes the choice hold: on the AVX2-only AMD EPYC Zen 3 host one whole 4-16-row main pass
+varied by 28-220 ms between 8 interleaved runs (128-180 ms at 4 rows after 512 columns), several times
+the 1-15 ms by which the two kernels' attention differed, while the attention alone varied by 2-26 ms
+and the C++ kernel's was the faster at every shape timed (8 rows after 512 columns: 9.9 against 13.7 ms).
+Those limits are
 ``DecoderModel.exact_limits``; a pass of several sequences also keeps the limits the model was built
 with (``exact_batch_limits``): SDPA pads every segment of a batch to the longest one, which a
 one-sequence probe does not see (7 decodes + one 17-row tree after 1,500 tokens: 471 ms with SDPA,
@@ -31,20 +37,22 @@ import structlog
 import torch
 
 from common.host import cpu_model
+from common.modeling.attention import ExactAttention, tree_attention_for
 from common.modeling.kernel_probe import (Timer, fastest_of, host_was_busy, measure_ms,
                                           write_json_atomic)
 
 COLUMN_LADDER = (512, 1024, 2048, 4096)  # KV columns before a timed pass
-PROBE_REPS = 2  # timed runs per (rows, columns, kernel) after one warm-up; the fastest counts
-# past this the probe gives up: 10 s for the bf16 1.5B main at 1, 16 and 32 rows on the 2-core AMD EPYC Zen 5 host,
-# 43-48 s at 1, 4, 8, 16 and 32 rows on the AVX2-only Zen 3 host, where 40 s cut one probe off (limits as built
-# for that run, and the next start probes again); a finished probe is cached, so this is paid once per host
+PROBE_REPS = 5  # timed runs per (rows, columns, kernel) of the attention alone after one warm-up; the fastest counts
+PASS_REPS = 2  # timed whole passes per row count after one warm-up (the scale of SDPA_MARGIN only)
+# past this the probe gives up (whole passes timed with both kernels took 10 s for the bf16 1.5B main at 1, 16 and
+# 32 rows on the 2-core AMD EPYC Zen 5 host and 43-52 s at 1, 4, 8, 16 and 32 rows on the AVX2-only Zen 3 host;
+# the attention alone takes less); out of time: limits as built for that run, and the next start probes again
 PROBE_BUDGET_S = 80.0
-ATTENTION_VERSION = 3  # bump when the probe or its key change: old cache files are ignored
-# SDPA takes a row count's passes from the C++ kernel only when it is this much faster (fraction): on the
-# AVX2-only AMD EPYC Zen 3 host the cached probe routed 2-4-row passes (the verifier's small trees) to SDPA
-# on 138 against 145 ms at 512 columns, where interleaved timings later gave the kernel 118-141 ms against
-# SDPA's 135-162 at 128 and 512 columns (2-4 rows, bf16 main); a win inside the host's drift is no win.
+ATTENTION_VERSION = 4  # bump when the probe or its key change: old cache files are ignored
+# SDPA takes a row count's passes from the C++ kernel only when its attention is faster by this share of a whole
+# pass: the C++ kernel also runs the pass's layer loop in one native call (10-20 ms cheaper than the Python loop
+# at 4-8 rows on the Zen 3 host), and a smaller win is inside a shared host's drift. On that host a probe that
+# timed whole passes routed 2-4-row verify passes to SDPA on 138 against 145 ms, 7-27 ms slower each.
 SDPA_MARGIN = 0.1
 
 Limits = tuple[tuple[int, "int | None"], ...]  # ((max rows, max KV columns or None: any), ...), DecoderModel.exact_limits
@@ -82,13 +90,15 @@ class AttentionPlan:
 
 def choose_max_cols(timings: dict[str, float], rows: int, ladder: tuple[int, ...] = COLUMN_LADDER) -> int | None:
     """The column limit of the C++ kernel for passes of ``rows`` rows from ``timings``
-    (``"rows/cols/exact"``, ``"rows/cols/sdpa"`` -> ms): the last count of ``ladder`` (ascending) up to
+    (``"rows/cols/exact"``, ``"rows/cols/sdpa"`` -> ms of a pass's attention; ``"rows/<first cols>/pass"`` -> ms
+    of a whole pass, the margin's scale): the last count of ``ladder`` (ascending) up to
     which SDPA never won (``sdpa_wins``); None when it won at no count (no limit), 0 when SDPA won
     already at the first."""
     limit: int | None = None
+    whole = timings.get(f"{rows}/{ladder[0]}/pass")
     for cols in ladder:
         exact, sdpa = timings.get(f"{rows}/{cols}/exact"), timings.get(f"{rows}/{cols}/sdpa")
-        if exact is None or sdpa is None or sdpa_wins(exact, sdpa):  # not timed (the probe stopped): as a loss
+        if exact is None or sdpa is None or sdpa_wins(exact, sdpa, whole):  # not timed (the probe stopped): as a loss
             return limit if limit is not None else 0
         limit = cols
     return None  # won at every count: no limit
@@ -108,18 +118,20 @@ def monotone_limits(limits: Limits) -> Limits:
     return tuple(reversed(out))
 
 
-def sdpa_wins(exact_ms: float, sdpa_ms: float) -> bool:
-    """Whether SDPA beat the C++ kernel by more than ``SDPA_MARGIN`` (ms of one pass each)."""
-    return exact_ms > sdpa_ms * (1 + SDPA_MARGIN)
+def sdpa_wins(exact_ms: float, sdpa_ms: float, pass_ms: float | None = None) -> bool:
+    """Whether SDPA beat the C++ kernel by more than ``SDPA_MARGIN`` of ``pass_ms`` (ms of one whole pass;
+    None: of ``sdpa_ms``). ``exact_ms``, ``sdpa_ms``: ms of a pass's attention with each kernel."""
+    return exact_ms - sdpa_ms > SDPA_MARGIN * (sdpa_ms if pass_ms is None else pass_ms)
 
 
 def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN_LADDER, timer: Timer = measure_ms,
                   reps: int = PROBE_REPS, budget_s: float = PROBE_BUDGET_S) -> tuple[dict[str, float], bool]:
-    """(timings, complete). Timings: ms of one ``model.forward`` of one sequence's ``r`` rows (causal)
-    for each ``r`` in ``rows`` after each column count of ``ladder`` (ascending), with the C++ kernel
-    (``exact``) and with SDPA (``sdpa``), keys ``"rows/cols/kernel"``; a row count stops at the first
-    count where SDPA wins (``sdpa_wins``: the limit is known). ``complete`` is False when ``budget_s`` ran
-    out first.
+    """(timings, complete). For each ``r`` in ``rows``: ms of one whole ``model.forward`` of one sequence's ``r``
+    rows (causal) after the first column count of ``ladder`` (ascending), C++ kernel (key ``"r/cols/pass"``),
+    then after each column count the ms of that pass's attention alone (every layer's call), with the C++
+    kernel (``"r/cols/exact"``) and with SDPA (``"r/cols/sdpa"``); a row count stops at the first count where
+    SDPA wins (``sdpa_wins``: the limit is known). ``complete`` is False when ``budget_s`` ran out first.
+    Timer labels: ``(arm, r, str(cols))``, arm ``pass`` | ``exact`` | ``sdpa``.
     ``model.exact_lib`` must be set; ``model.exact_limits`` is restored afterwards. Uses a one-slot KV
     cache of its own (``max(ladder) + max(rows)`` positions: 2 x layers x positions x kv_heads x head_dim
     x dtype bytes, 0.12 GB for Qwen2.5-1.5B in bf16), freed on return."""
@@ -135,55 +147,83 @@ def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN
     out: dict[str, float] = {}
     try:
         for r in rows:
+            if time.perf_counter() > deadline:
+                return out, False
+            model.exact_limits = None  # the whole pass as the C++ kernel runs it (its native layer loop)
+            whole = fastest_of({"pass": (("pass", r, str(ladder[0])), _pass(model, cache, slot, ladder[0], r))},
+                               timer, PASS_REPS)["pass"]
+            model.exact_limits = saved
+            out[f"{r}/{ladder[0]}/pass"] = round(whole, 3)
             for cols in ladder:
                 if time.perf_counter() > deadline:
                     return out, False
-                best = _confirmed(model, _pass(model, cache, slot, cols, r), (r, str(cols)), timer, reps)
+                best = _confirmed(model, cache, slot, (r, cols), timer, reps, out[f"{r}/{ladder[0]}/pass"])
                 out.update({f"{r}/{cols}/{arm}": ms for arm, ms in best.items()})
-                if sdpa_wins(best["exact"], best["sdpa"]):
+                if sdpa_wins(best["exact"], best["sdpa"], out[f"{r}/{ladder[0]}/pass"]):
                     break
     finally:
         model.exact_limits = saved
     return out, True
 
 
-def _confirmed(model, run, label: tuple[int, str], timer: Timer, reps: int) -> dict[str, float]:
+def _confirmed(model, cache, slot: int, shape: tuple[int, int], timer: Timer, reps: int,
+               pass_ms: float) -> dict[str, float]:
     """``_time_both``, rounded as stored (``choose_max_cols`` compares the stored values); where SDPA
     wins (``sdpa_wins``; the row count stops there) timed once more, each kernel's fastest of both rounds
     counting. On the 2-core AMD EPYC Zen 4 host one probe timed a 16-row main pass at 280 ms with the C++ kernel
     against 195 with SDPA (and 326 ms at 32 rows) and routed 2-16-row passes to SDPA for good; re-probed
     this way it kept the C++ kernel there (168 vs 206 ms), and HumanEval (10 prompts, four runs in
     mirrored order) went from 1.51-1.53x plain with the first limits to 1.66-1.83x (BENCHMARKS.md)."""
-    best = {arm: round(ms, 3) for arm, ms in _time_both(model, run, label, timer, reps).items()}
-    if sdpa_wins(best["exact"], best["sdpa"]):
-        again = _time_both(model, run, label, timer, reps)
+    best = {arm: round(ms, 3) for arm, ms in _time_both(model, cache, slot, shape, timer, reps).items()}
+    if sdpa_wins(best["exact"], best["sdpa"], pass_ms):
+        again = _time_both(model, cache, slot, shape, timer, reps)
         best = {arm: min(ms, round(again[arm], 3)) for arm, ms in best.items()}
     return best
 
 
-def _time_both(model, run, label: tuple[int, str], timer: Timer, reps: int) -> dict[str, float]:
-    """Fastest ms of ``run`` with the C++ kernel (``exact``) and with SDPA (``sdpa``), taking turns
-    (``kernel_probe.fastest_of``)."""
-    def routed(limits):
-        def go():
-            model.exact_limits = limits
-            return run()
-        return go
-    return fastest_of({"exact": (("exact", *label), routed(None)), "sdpa": (("sdpa", *label), routed(()))},
-                      timer, reps)
+def _time_both(model, cache, slot: int, shape: tuple[int, int], timer: Timer, reps: int) -> dict[str, float]:
+    """Fastest ms of one pass's attention (``shape`` = (rows, columns)) with the C++ kernel (``exact``) and
+    with SDPA (``sdpa``), taking turns (``kernel_probe.fastest_of``)."""
+    rows, cols = shape
+    return fastest_of({arm: ((arm, rows, str(cols)), _attention(model, cache, slot, cols, rows, arm == "exact"))
+                       for arm in ("exact", "sdpa")}, timer, reps)
+
+
+def _causal_mask(model, cols: int, rows: int) -> torch.Tensor:
+    """``[1, 1, rows, cols + rows]`` bool: every cached column, then the new rows causally."""
+    mask = torch.ones(1, 1, rows, cols + rows, dtype=torch.bool)
+    mask[0, 0, :, cols:] = torch.tril(torch.ones(rows, rows, dtype=torch.bool))
+    return mask.to(model.device)
 
 
 def _pass(model, cache, slot: int, cols: int, rows: int):
     """A closure running one forward of ``rows`` causal rows after ``cols`` (random) KV columns."""
     tokens = torch.randint(0, model.spec.vocab_size, (1, rows), device=model.device)
     positions = torch.arange(cols, cols + rows, device=model.device).unsqueeze(0)  # [1, rows]
-    mask = torch.ones(1, 1, rows, cols + rows, dtype=torch.bool)
-    mask[0, 0, :, cols:] = torch.tril(torch.ones(rows, rows, dtype=torch.bool))  # [1, 1, rows, cols + rows]
-    mask = mask.to(model.device)
+    mask = _causal_mask(model, cols, rows)
 
     def run():
         cache.lengths[slot] = cols
         model.forward(tokens, positions, cache, [slot], mask)
+    return run
+
+
+def _attention(model, cache, slot: int, cols: int, rows: int, exact: bool):
+    """A closure running the attention of one such forward, every layer's call and nothing else, as the
+    forward would: ``ExactAttention`` built once (``exact``) or SDPA (``tree_attention_for``); random
+    queries ``[1, rows, heads, head_dim]`` in the model's dtype."""
+    kvh = cache.k.shape[3]
+    q = torch.randn(1, rows, kvh * (model.spec.num_heads // model.spec.num_kv_heads), model.spec.head_dim,
+                    dtype=model.dtype, device=model.device)
+    mask = _causal_mask(model, cols, rows)
+
+    @torch.inference_mode()
+    def run():
+        cache.lengths[slot] = cols
+        attend = (ExactAttention(model.exact_lib, mask, [slot], cache.max_len) if exact
+                  else tree_attention_for(mask, cache, [slot]))
+        for layer in range(model.spec.num_layers):
+            attend(q, cache, layer, [slot], mask)
     return run
 
 

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from common.modeling.attention_probe import (COLUMN_LADDER, SDPA_MARGIN, AttentionPlan, choose_max_cols, install,
-                                             measure, monotone_limits, probe_timings)
+from common.modeling.attention_probe import (COLUMN_LADDER, PASS_REPS, PROBE_REPS, SDPA_MARGIN, AttentionPlan,
+                                             choose_max_cols, install, measure, monotone_limits, probe_timings,
+                                             sdpa_wins)
 from common.modeling.loader import load_model
 from common.modeling.native import library
 from common.modeling.runner import forward_segments
@@ -58,6 +59,18 @@ class TestChooseMaxCols:
         assert choose_max_cols(t, 4) is None
         t["4/512/sdpa"] = t["4/512/exact"] / (1 + 2 * SDPA_MARGIN)
         assert choose_max_cols(t, 4) == 0
+
+    def test_the_margin_is_a_share_of_the_whole_pass(self):
+        """With a whole pass timed, SDPA's attention must win by SDPA_MARGIN of that pass, not of the attention:
+        3 ms saved of a 20 ms pass is a win, of a 40 ms pass not (the C++ kernel's native layer loop and the
+        host's drift are shares of the pass)."""
+        t = _timings(4, None)
+        t["4/512/exact"], t["4/512/sdpa"] = 8.0, 5.0
+        t["4/512/pass"] = 20.0
+        assert choose_max_cols(t, 4) == 0
+        t["4/512/pass"] = 40.0
+        assert choose_max_cols(t, 4) is None
+        assert sdpa_wins(8.0, 5.0, 20.0) and not sdpa_wins(8.0, 5.0, 40.0) and sdpa_wins(8.0, 5.0)
 
     def test_a_later_win_does_not_lift_the_limit(self):
         """A loss at 1,024 columns ends the limit at 512 even if the kernel wins again at 2,048."""
@@ -133,7 +146,7 @@ class TestProbe:
         calls = []
         plan = install(_model(), (1, 4), True, tmp_path, fake_timer(calls, 1024))
         assert plan.source == "probe" and plan.limits == ((1, 1024), (4, 1024))
-        assert {c[0] for c in calls} == {"exact", "sdpa"} and len(list(tmp_path.glob("attention-*.json"))) == 1
+        assert {c[0] for c in calls} == {"pass", "exact", "sdpa"} and len(list(tmp_path.glob("attention-*.json"))) == 1
         again, model = [], _model()
         cached = install(model, (1, 4), True, tmp_path, fake_timer(again, 4096))
         assert again == [] and cached.source == "cache" and model.exact_limits == ((1, 1024), (4, 1024))
@@ -159,6 +172,21 @@ class TestProbe:
         assert complete and {c[2] for c in calls} == {"512", "1024", "2048"}
         assert "4/4096/exact" not in timings and "4/2048/sdpa" in timings
 
+    def test_attention_alone_is_timed_and_one_whole_pass_per_row_count(self):
+        """Each row count times one whole pass (after the first column count) and then only attention calls, with
+        PROBE_REPS runs of each kernel after a warm-up; the real closures run on the tiny model."""
+        calls = []
+
+        def timer(label, fn):
+            calls.append(label)
+            fn()
+            return 2.0 if label[0] == "sdpa" else 1.0
+        timings, complete = probe_timings(_model(), (1, 4), (64, 128), timer=timer)
+        assert complete and [c for c in calls if c[0] == "pass"] == [("pass", 1, "64")] * (1 + PASS_REPS) + [
+            ("pass", 4, "64")] * (1 + PASS_REPS)
+        assert calls.count(("exact", 4, "128")) == calls.count(("sdpa", 4, "128")) == 1 + PROBE_REPS
+        assert timings["4/64/pass"] == 1.0 and "4/128/pass" not in timings
+
     def test_an_sdpa_win_is_timed_twice(self):
         """Where SDPA wins, that (rows, columns) pair is timed a second round (warm-up and reps again) before the row count stops."""
         calls = []
@@ -172,7 +200,7 @@ class TestProbe:
         def timer(label, fn):
             arm, _, cols = label
             seen.append(label)
-            slow = arm == "exact" and cols == "1024" and seen.count(label) <= 3  # its warm-up and 2 reps
+            slow = arm == "exact" and cols == "1024" and seen.count(label) <= 1 + PROBE_REPS  # warm-up and reps
             return 2.0 if arm == "sdpa" else (3.0 if slow else 1.0)
         plan = measure(_model(), (4,), None, timer=timer)
         assert plan.limits == ((4, None),) and plan.timings["4/1024/exact"] == 1.0
