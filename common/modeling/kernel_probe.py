@@ -3,7 +3,8 @@ start, pick per (weight format, row bucket), cache the result, install it in the
 
 The probe runs layer 0's projections (the shapes every layer shares) and the LM head for
 each row bucket of ``kernels.ROW_BUCKETS`` with every kernel that can run them, fastest of
-``PROBE_REPS`` runs, scaled to one model pass; it stops early past ``PROBE_BUDGET_S``
+``PROBE_REPS`` runs, scaled to one model pass (a kernel far behind and falling further is not timed
+at bigger buckets, ``losing``); it stops early past ``PROBE_BUDGET_S``
 (unprobed buckets keep the last choice). The plan is cached as JSON under the model cache
 directory, keyed by CPU model, torch version, thread count and the shapes, so a restart on
 the same host reads it instead of measuring (config ``kernel_probe = false``: no probe,
@@ -35,6 +36,14 @@ BUSY_SHARE = 0.6  # a probe whose threads got less of the CPU than this (CPU tim
 PLAN_VERSION = 3  # bump when kernels or the key change: old cache files are ignored
 HEAD = "lm_head"  # the plan's key for the LM head (its own shape, timed on its own)
 HEAD_MAX_ROWS = 32  # the head sees tree-sized batches (prefill needs its last row only): no 128-row probe
+# A kernel more than DROP_RATIO x slower than a bucket's fastest, and at least DROP_TREND x further behind than in the
+# bucket below, is not timed at bigger buckets (``losing``). On the AVX2-only AMD EPYC Zen 3 host bf16 F.linear ran
+# 1.6x / 4.0x / 5.9x / 6.9x / 7.7x / 8.5x the packed kernel at 1 / 4 / 8 / 16 / 32 / 128 rows and the draft's
+# dequantizing int4 kernel 22x / 52x / 65x the W4A8 one: timing them past 4 rows took 12 of the main's 20 s and 8 of
+# the draft's 10-14 s. Kernels that win at big buckets close in as rows grow (oneDNN on the AMX Xeon host: 4.0x /
+# 3.3x / 2.6x / ... / 1.0x at 128 rows), so they are kept.
+DROP_RATIO = 3.0
+DROP_TREND = 1.2
 
 Timer = Callable[[tuple[str, int, str], Callable[[], object]], float]  # (label, fn) -> ms
 
@@ -110,6 +119,7 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
         if len(candidates(ws[0])) < 2:
             continue  # nothing to choose
         forms = {k: [prepare(k, w) for w in ws] for k in candidates(ws[0])}
+        behind: dict[str, float] = {}  # kernel -> its ratio to the fastest at the last bucket
         for rows in ROW_BUCKETS:
             if time.perf_counter() > deadline or (fmt == HEAD and rows > HEAD_MAX_ROWS):
                 break
@@ -118,7 +128,18 @@ def probe_timings(weights: dict, head, num_layers: int, timer: Timer = measure_m
                     for k, ops in forms.items()}
             best = fastest_of({k: ((fmt, rows, k), run) for k, run in runs.items()}, timer, reps)
             out.update({(fmt, rows, k): scale * ms for k, ms in best.items()})
+            dropped, behind = losing(best, behind)
+            forms = {k: v for k, v in forms.items() if k not in dropped}
     return out
+
+
+def losing(best: dict[str, float], behind: dict[str, float]) -> tuple[set[str], dict[str, float]]:
+    """(kernels not to time at bigger buckets, each kernel's ratio to the fastest now) from one bucket's
+    ``best`` (kernel -> ms) and ``behind`` (kernel -> its ratio at the bucket below; empty at the first):
+    a kernel over ``DROP_RATIO`` x the fastest whose ratio grew at least ``DROP_TREND`` x since the bucket below."""
+    fastest = min(best.values())
+    ratios = {k: ms / fastest if fastest > 0 else 1.0 for k, ms in best.items()}
+    return {k for k, r in ratios.items() if r > DROP_RATIO and k in behind and r >= DROP_TREND * behind[k]}, ratios
 
 
 def fastest_of(runs: dict[str, tuple[tuple, Callable[[], object]]], timer: Timer, reps: int) -> dict[str, float]:

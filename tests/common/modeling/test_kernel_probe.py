@@ -4,7 +4,8 @@ import json
 
 import torch
 
-from common.modeling.kernel_probe import HEAD, HEAD_MAX_ROWS, KernelPlan, install, make_plan, plan_key, probe_timings
+from common.modeling.kernel_probe import (DROP_RATIO, DROP_TREND, HEAD, HEAD_MAX_ROWS, KernelPlan, install, losing,
+                                          make_plan, plan_key, probe_timings)
 from common.modeling.kernels import ROW_BUCKETS, PlannedWeight, _onednn_bf16_available
 from common.modeling.loader import load_model
 from common.modeling.quant import quantize_weights
@@ -62,6 +63,30 @@ class TestProbe:
         t = probe_timings(model.w, model.head_weight, model.spec.num_layers, fake_timer([]), reps=1)
         assert t[("bfloat16", 1, "linear")] == 5.0 * model.spec.num_layers
         assert t[(HEAD, 1, FAST)] == 1.0
+
+    def test_a_kernel_falling_further_behind_is_not_timed_at_bigger_buckets(self):
+        """A kernel 2x the fastest at 1 row and 6x at 4 rows (F.linear against the packed kernel on an AVX2-only
+        host) is not timed from 8 rows on; the others still are, and the plan keeps the fastest."""
+        model = _model()
+        calls: list = []
+
+        def timer(label, fn):
+            calls.append(label)
+            _, rows, kernel = label
+            return 1.0 if kernel == FAST else (2.0 if rows == 1 else 6.0)
+        t = probe_timings(model.w, model.head_weight, 2, timer, reps=1)
+        assert ("bfloat16", 4, "linear") in t and ("bfloat16", 8, "linear") not in t
+        assert {r for f, r, k in t if f == "bfloat16" and k == FAST} == set(ROW_BUCKETS)
+        assert not any(rows > 4 and kernel == "linear" for _, rows, kernel in calls)
+
+    def test_a_kernel_closing_in_is_kept(self):
+        """Far behind but closing in as rows grow (oneDNN's int4 path on the AMX host: 4.0x, 3.3x, ...), or
+        behind by no more than DROP_RATIO, a kernel stays; the first bucket drops nothing."""
+        ratios = {"packed": 1.0, "onednn": 4.0}
+        assert losing({"packed": 1.0, "onednn": 4.0}, {}) == (set(), ratios)
+        assert losing({"packed": 1.0, "onednn": 3.3}, ratios)[0] == set()
+        assert losing({"packed": 1.0, "onednn": DROP_RATIO}, {"onednn": 1.0})[0] == set()
+        assert losing({"packed": 1.0, "onednn": 4.0 * DROP_TREND}, ratios)[0] == {"onednn"}
 
     def test_budget_stops_probing(self):
         """Past the time budget no further row bucket is probed."""
