@@ -52,11 +52,15 @@ def measure_forward_ms(model: DecoderModel, cache: KVCache, grid: tuple[int, ...
                        reps: int = 3, clock=None, prefix_len: int = COST_PREFIX) -> list[tuple[int, float]]:
     """Time one forward over T tokens (1 pending + a chain of T - 1 tree nodes) after a
     ``prefix_len``-token prefix, for each T in ``grid`` that fits; fastest of ``reps`` runs, in ms.
+    The runs take turns over the grid (every T once, then again), so a slow phase of a shared host
+    raises one run of each size rather than every run of one size (the Zen 3 host's whole passes
+    spread by 28-220 ms between interleaved runs, BENCHMARKS.md).
 
     Uses a scratch slot, freed afterwards. Raises CacheFullError if no slot is free.
     ``clock``: seconds function (default ``time.perf_counter``; ``time.process_time`` on a
     loaded host with one thread counts only this process's CPU time).
     """
+    import itertools
     import time
     clock = clock or time.perf_counter
     slot = cache.allocate()
@@ -64,19 +68,16 @@ def measure_forward_ms(model: DecoderModel, cache: KVCache, grid: tuple[int, ...
         prefix = [int(t) for t in torch.randint(0, model.spec.vocab_size, (prefix_len,))]
         forward_segments(model, cache, [slot], [prefix], [np.zeros(0, np.int64)], [np.zeros(0, np.int32)])
         cache.commit(slot, list(range(prefix_len)))
-        out = []
-        for t in grid:
-            if prefix_len + t > cache.max_len:
-                break
-            tree = np.arange(1, t, dtype=np.int64), np.arange(-1, t - 2, dtype=np.int32)
-            times = []
-            for _ in range(reps):
+        sizes = list(itertools.takewhile(lambda t: prefix_len + t <= cache.max_len, grid))  # ascending grid
+        times: dict[int, list[float]] = {t: [] for t in sizes}
+        for _ in range(reps):
+            for t in sizes:
+                tree = np.arange(1, t, dtype=np.int64), np.arange(-1, t - 2, dtype=np.int32)
                 synchronize(model.device)  # on a GPU: time this pass's kernels, not the last one's
                 t0 = clock()
                 forward_segments(model, cache, [slot], [[1]], [tree[0]], [tree[1]])
                 synchronize(model.device)
-                times.append((clock() - t0) * 1e3)
-            out.append((t, float(min(times))))  # least-disturbed run
-        return out
+                times[t].append((clock() - t0) * 1e3)
+        return [(t, float(min(times[t]))) for t in sizes]  # least-disturbed run
     finally:
         cache.free(slot)

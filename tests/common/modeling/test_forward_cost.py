@@ -33,3 +33,20 @@ def test_every_timed_pass_waits_for_the_device(model, monkeypatch):
     monkeypatch.setattr(runner, "synchronize", lambda device: calls.append(device))
     runner.measure_forward_ms(model, model.new_cache(1, 128), grid=(1, 8), reps=3)
     assert calls == ["cpu"] * (2 * 3 * 2)
+
+
+def test_runs_take_turns_over_the_grid(model, monkeypatch):
+    """The timed passes go 1, 4, 8, 1, 4, 8 (every size once, then again), and each size keeps its fastest run."""
+    sizes = []
+    real = runner.forward_segments
+
+    def spy(m, cache, slots, pending, tokens, parents):
+        sizes.append(1 + len(tokens[0]))
+        return real(m, cache, slots, pending, tokens, parents)
+    monkeypatch.setattr(runner, "forward_segments", spy)
+    ms = [5.0, 9.0, 7.0, 3.0, 9.5, 2.0]  # the passes' durations on the fake clock, in the order they run
+    stamps = iter([x for i, d in enumerate(ms) for x in (float(i), i + d / 1e3)])
+    curve = runner.measure_forward_ms(model, model.new_cache(1, 128), grid=(1, 4, 8), reps=2,
+                                      clock=lambda: next(stamps))
+    assert sizes[1:] == [1, 4, 8, 1, 4, 8]  # after the prefix's prefill
+    assert [t for t, _ in curve] == [1, 4, 8] and [m for _, m in curve] == pytest.approx([3.0, 9.0, 2.0])
