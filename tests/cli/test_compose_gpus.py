@@ -87,7 +87,7 @@ class TestRender:
         merged = merge(load(), yaml.safe_load(text.replace("$$", "$")))
         for spec in SPECS:
             schema = json.loads(spec.read_text())
-            validator = jsonschema.validators.validator_for(schema)(schema)
+            validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)  # draft-07 by https
             for doc in (override, merged):
                 errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]
                 assert not errors, "\n".join(errors)

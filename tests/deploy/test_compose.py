@@ -83,13 +83,20 @@ def merge(base, override):
     return override
 
 
+def compose_validator(schema: dict):
+    """A validator for a vendored Compose schema: the draft its ``$schema`` names; the compose-spec file names
+    draft-07 by an https URL that jsonschema does not list (it would fall back to its latest draft, with a
+    warning that this will become an error)."""
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)
+
+
 def schema_errors(doc: dict) -> list[str]:
     """Errors of ``doc`` against both vendored Compose schemas."""
     errors = []
     for spec in (SPEC, SPEC_COMPOSE_GO):
         schema = json.loads(spec.read_text())
         errors += [f"{spec.name} {list(e.path)}: {e.message}"
-                   for e in jsonschema.validators.validator_for(schema)(schema).iter_errors(doc)]
+                   for e in compose_validator(schema).iter_errors(doc)]
     return errors
 
 
@@ -325,10 +332,16 @@ class TestMonitoring:
                     assert (REPO / source).exists(), volume
 
 
+@pytest.fixture(scope="module")
+def cpu_merged() -> dict:
+    """compose.yaml merged with compose.cpu.yaml."""
+    return merge(load(), load(path=CPU_OVERRIDE))
+
+
 class TestCpuOverride:
-    @pytest.fixture(scope="class")
-    def merged(self) -> dict:
-        return merge(load(), load(path=CPU_OVERRIDE))
+    @pytest.fixture
+    def merged(self, cpu_merged) -> dict:
+        return cpu_merged
 
     def test_valid(self, merged):
         """compose.cpu.yaml and the merged result validate against both Compose schemas."""
