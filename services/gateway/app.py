@@ -9,6 +9,7 @@ exceptions (500, logged).
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import AsyncIterator
 
@@ -32,6 +33,8 @@ log = structlog.get_logger(__name__)
 OPEN_PATHS = ("/health", "/metrics")  # no API key needed when config.public_health
 PROBE_PATHS = ("/livez", "/readyz")  # kubelet / compose probes: no key, no IP allowlist, say only ok
 JSON_TYPE = "application/json"
+CLIENT_CLOSED = 499  # nginx's code for a client that closed the connection before the response
+UNMATCHED = "unmatched"  # the endpoint label of an unknown path or method
 TOKENIZE_THREADS = 2
 HTTP_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
                     429: "rate_limit_error"}
@@ -40,9 +43,20 @@ HTTP_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "
 @web.middleware
 async def guard(request: web.Request, handler) -> web.StreamResponse:
     """Client address, allowlist (403), Host (403), API key (401), JSON body (415), rate
-    limit (429, charged before the body is read); every error -> OpenAI error JSON."""
+    limit (429, charged before the body is read); every error -> OpenAI error JSON. Every
+    answer but the probes' is counted in ``http_requests_total`` (499: the client left first)."""
     if request.path in PROBE_PATHS:
         return await handler(request)
+    try:
+        response = await _guarded(request, handler)
+    except asyncio.CancelledError:
+        _count(request, CLIENT_CLOSED)
+        raise
+    _count(request, response.status)
+    return response
+
+
+async def _guarded(request: web.Request, handler) -> web.StreamResponse:
     try:
         _admit(request)
         return await handler(request)
@@ -57,6 +71,13 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
     except Exception:  # noqa: BLE001 - the last resort: a JSON 500, logged with its traceback
         log.exception("unhandled error", path=request.path)
         return _error(request, ApiError(500, "internal server error", type="server_error"))
+
+
+def _count(request: web.Request, status: int) -> None:
+    """One ``http_requests_total`` sample, labelled by route (never the raw path: bounded labels)."""
+    resource = request.match_info.route.resource
+    endpoint = resource.canonical if resource is not None else UNMATCHED
+    request.app[state.METRICS].http_requests.labels(endpoint, str(status)).inc()
 
 
 def _admit(request: web.Request) -> None:
@@ -79,9 +100,7 @@ LOGGED_MESSAGE_CHARS = 200  # a rejection's message as logged (the client gets i
 
 
 def _error(request: web.Request, exc: ApiError) -> web.Response:
-    """The error as OpenAI JSON; counted in ``requests_total`` and logged (``request rejected``), as an
-    access log would."""
-    request.app[state.METRICS].requests.labels(str(exc.status)).inc()
+    """The error as OpenAI JSON, logged (``request rejected``) as an access log would."""
     log.info("request rejected", status=exc.status, error_type=exc.type, code=exc.code, param=exc.param,
              method=request.method, path=request.path, client=request.get(state.CLIENT_ADDR),
              message=exc.message[:LOGGED_MESSAGE_CHARS])

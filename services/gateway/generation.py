@@ -45,7 +45,7 @@ class Generation:
         self._detok, self._stops = IncrementalDetokenizer(tokenizer), StopMatcher(stops)
         self._released = 0  # characters the stop matcher has let through
         self.prompt_tokens, self.completion_tokens = len(prompt), 0
-        self._done, self._status = False, wire.FinishReason.ABORT.value  # type: str | None
+        self._done, self._reason = False, wire.FinishReason.ABORT.value  # type: str | None
         self._start = self._last = time.monotonic()
 
     async def pieces(self) -> AsyncIterator[Piece]:
@@ -61,10 +61,10 @@ class Generation:
                     if piece.finish is not None:
                         return
         except BackendRejected:
-            self._done, self._status = True, None  # counted by the HTTP layer as a refusal
+            self._done, self._reason = True, None  # a refusal, not a generation: counted as HTTP 429 / 503
             raise
         except BackendUnavailable:
-            self._done, self._status = True, wire.FinishReason.ERROR.value
+            self._done, self._reason = True, wire.FinishReason.ERROR.value
             raise
         finally:
             await self._end()
@@ -88,7 +88,7 @@ class Generation:
         elif finish is not None:
             matched = type(matched)(matched.text + self._stops.flush(), False)
         if finish is not None:
-            self._status = finish
+            self._reason = finish
             if delta.finish is None:  # a stop string ended it; the scheduler is still going
                 await self._backend.abort(self.request_id)
             self._done = True
@@ -113,13 +113,13 @@ class Generation:
                 await asyncio.shield(self._backend.abort(self.request_id))
             except zmq.ZMQError as exc:  # the scheduler may already be gone
                 log.warning("abort failed", request_id=self.request_id, error=str(exc))
-        log.info("request finished", request_id=self.request_id, status=self._status,
+        log.info("request finished", request_id=self.request_id, finished_reason=self._reason,
                  prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                  e2e_ms=round((time.monotonic() - self._start) * 1e3, 1))
-        if self._status is None:
+        if self._reason is None:
             return
         m = self._metrics
-        m.requests.labels(self._status).inc()
+        m.requests.labels(self._reason).inc()
         m.prompt_tokens.inc(self.prompt_tokens)
         m.generation_tokens.inc(self.completion_tokens)
         m.e2e.observe(time.monotonic() - self._start)

@@ -12,7 +12,8 @@ PREFIX = "treespec:"
 
 # name -> label names
 METRIC_LABELS: dict[str, tuple[str, ...]] = {
-    "treespec:requests_total": ("status",),
+    "treespec:requests_total": ("finished_reason",),
+    "treespec:http_requests_total": ("endpoint", "code"),
     "treespec:prompt_tokens_total": (),
     "treespec:generation_tokens_total": (),
     "treespec:time_to_first_token_seconds": (),

@@ -3,8 +3,11 @@
 Request metrics are observed by the gateway itself; scheduler and worker metrics are read
 from the latest ``wire.Stats`` at scrape time by :class:`StatsCollector`. Exported names
 (``metric_names.METRIC_NAMES``) are the contract with the Grafana / Prometheus files. Labels:
-``status`` = finish reason (stop / length / abort / error) or the HTTP status of a refused
-request ("400", "401", "403", "429", "503"); ``service`` = gateway / scheduler / draft /
+``finished_reason`` = how an admitted generation request ended (stop / length / abort: the
+client went away / error: the backend failed it; refusals are not generations); ``code`` = the
+HTTP status of every answered request ("200", "400", ..., "499" when the client left before the
+response was complete), with ``endpoint`` = its route ("/v1/chat/completions", "/v1/models/{model}", ...;
+"unmatched" for unknown paths and methods); ``service`` = gateway / scheduler / draft /
 verifier; ``position`` = depth in the draft tree (0 = first drafted token).
 """
 
@@ -110,7 +113,10 @@ class Metrics:
         disable_created_metrics()  # no *_created series: export exactly METRIC_NAMES
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter(P + "requests", "Finished or refused requests", ["status"], registry=r)
+        self.requests = Counter(P + "requests", "Generation requests by how they ended", ["finished_reason"],
+                                registry=r)
+        self.http_requests = Counter(P + "http_requests", "HTTP requests answered, by route and status",
+                                     ["endpoint", "code"], registry=r)
         self.prompt_tokens = Counter(P + "prompt_tokens", "Prompt tokens processed", registry=r)
         self.generation_tokens = Counter(P + "generation_tokens", "Tokens generated", registry=r)
         self.ttft = Histogram(P + "time_to_first_token_seconds", "Time to first token",

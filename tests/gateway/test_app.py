@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
+
+import aiohttp
 
 from common import wire
 from services.gateway.keys import add_key
@@ -130,8 +133,50 @@ class TestMetrics:
         assert names <= series_names()
         assert {n for n in METRIC_NAMES} <= {n.removesuffix("_bucket") for n in names} | {
             n.removesuffix("_count") for n in names}
-        assert 'treespec:requests_total{status="length"} 1.0' in text
+        assert 'treespec:requests_total{finished_reason="length"} 1.0' in text
+        assert 'treespec:http_requests_total{code="200",endpoint="/v1/completions"} 1.0' in text
         assert "treespec:mean_accepted_length 3.0" in text
+
+    def test_answers_are_counted_by_route_and_code_and_generations_by_finish(self):
+        """A 400, an unknown path, a queue-full 429 and a failed generation each add one HTTP answer
+        (labelled by route, never the raw path); only admitted generations are counted by finish reason,
+        so a backend failure is one `error` and one 503, not two requests."""
+        failing = iter([[wire.Rejected(request_id="r", status=429, reason="queue full")],
+                        [wire.TokenDelta(request_id="r", tokens=[97], finish=wire.FinishReason.ERROR, error="boom")]])
+        backend = FakeBackend(script=lambda s: next(failing))
+
+        async def scenario(client):
+            statuses = [(await client.post("/v1/completions", json={"prompt": "hi", "max_tokens": -5})).status,
+                        (await client.get("/v1/secret/abc")).status,
+                        (await client.post("/v1/completions", json=BODY)).status,
+                        (await client.post("/v1/completions", json=BODY)).status]
+            return statuses, await (await client.get("/metrics")).text()
+        statuses, text = serve(make_test_app(backend), scenario)
+        assert statuses == [400, 404, 429, 503]
+        samples = [line for line in text.splitlines() if line.startswith("treespec:") and "requests_total" in line]
+        assert sorted(samples) == sorted([
+            'treespec:http_requests_total{code="400",endpoint="/v1/completions"} 1.0',
+            'treespec:http_requests_total{code="404",endpoint="unmatched"} 1.0',
+            'treespec:http_requests_total{code="429",endpoint="/v1/completions"} 1.0',
+            'treespec:http_requests_total{code="503",endpoint="/v1/completions"} 1.0',
+            'treespec:requests_total{finished_reason="error"} 1.0'])
+
+    def test_client_that_leaves_is_counted_499_and_abort(self):
+        """A client that disconnects before a non-streamed answer is HTTP 499 and a generation ended by abort."""
+        backend = FakeBackend(script=lambda s: deltas(s.request_id, ["a"])[:0])  # never finishes
+
+        async def scenario(client):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await client.post("/v1/completions", json=BODY, timeout=aiohttp.ClientTimeout(total=0.3))
+            for _ in range(100):
+                text = await (await client.get("/metrics")).text()
+                if "499" in text:
+                    return text
+                await asyncio.sleep(0.02)
+            return text
+        text = serve(make_test_app(backend), scenario)
+        assert 'treespec:http_requests_total{code="499",endpoint="/v1/completions"} 1.0' in text
+        assert 'treespec:requests_total{finished_reason="abort"} 1.0' in text
 
     def test_prefix_cache_per_worker(self):
         """Each worker's prefix-cache query/hit tokens and blocks are exported with its labels."""
