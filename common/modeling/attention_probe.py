@@ -153,13 +153,13 @@ def probe_timings(model, rows: tuple[int, ...], ladder: tuple[int, ...] = COLUMN
             whole = fastest_of({"pass": (("pass", r, str(ladder[0])), _pass(model, cache, slot, ladder[0], r))},
                                timer, PASS_REPS)["pass"]
             model.exact_limits = saved
-            out[f"{r}/{ladder[0]}/pass"] = round(whole, 3)
+            out[f"{r}/{ladder[0]}/pass"] = pass_ms = round(whole, 3)
             for cols in ladder:
                 if time.perf_counter() > deadline:
                     return out, False
-                best = _confirmed(model, cache, slot, (r, cols), timer, reps, out[f"{r}/{ladder[0]}/pass"])
+                best = _confirmed(model, cache, slot, (r, cols), timer, reps, pass_ms)
                 out.update({f"{r}/{cols}/{arm}": ms for arm, ms in best.items()})
-                if sdpa_wins(best["exact"], best["sdpa"], out[f"{r}/{ladder[0]}/pass"]):
+                if sdpa_wins(best["exact"], best["sdpa"], pass_ms):
                     break
     finally:
         model.exact_limits = saved
