@@ -119,6 +119,7 @@ class TokenDelta(msgspec.Struct, tag="delta", frozen=True, kw_only=True):
     finish: FinishReason | None = None
     error: str | None = None
     prompt_tokens: int = 0
+    queue_ms: float = 0.0  # ms the request waited in the scheduler's queue before admission (on every delta)
     v: int = PROTOCOL_VERSION
 
 

@@ -23,6 +23,7 @@ from services.gateway.metrics import Metrics
 from services.gateway.stops import StopMatcher
 
 log = structlog.get_logger(__name__)
+MAX_QUEUE_MS = 86_400_000.0  # a day: a queue time the scheduler reports beyond it is not observed
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class Generation:
             self.prompt_tokens = delta.prompt_tokens
         if n and self.completion_tokens == 0:
             self._metrics.ttft.observe(now - self._start)
+            if 0.0 <= delta.queue_ms <= MAX_QUEUE_MS:  # the scheduler's figure; NaN or absurd: not observed
+                self._metrics.queue_time.observe(delta.queue_ms / 1e3)
         elif n:
             for _ in range(n):  # several tokens per round: spread the gap over them
                 self._metrics.itl.observe((now - self._last) / n)

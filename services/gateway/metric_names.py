@@ -17,6 +17,7 @@ METRIC_LABELS: dict[str, tuple[str, ...]] = {
     "treespec:prompt_tokens_total": (),
     "treespec:generation_tokens_total": (),
     "treespec:time_to_first_token_seconds": (),
+    "treespec:request_queue_time_seconds": (),
     "treespec:inter_token_latency_seconds": (),
     "treespec:e2e_request_latency_seconds": (),
     "treespec:num_requests_running": (),
@@ -69,6 +70,7 @@ PROCESS_METRICS: frozenset[str] = frozenset({
 
 HISTOGRAMS: frozenset[str] = frozenset({
     "treespec:time_to_first_token_seconds",
+    "treespec:request_queue_time_seconds",
     "treespec:inter_token_latency_seconds",
     "treespec:e2e_request_latency_seconds",
     "treespec:worker_step_seconds",

@@ -121,6 +121,9 @@ class Metrics:
         self.generation_tokens = Counter(P + "generation_tokens", "Tokens generated", registry=r)
         self.ttft = Histogram(P + "time_to_first_token_seconds", "Time to first token",
                               buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_time = Histogram(P + "request_queue_time_seconds", "Time a request waited in the scheduler's "
+                                    "queue before admission (part of the time to first token)",
+                                    buckets=LATENCY_BUCKETS, registry=r)
         self.itl = Histogram(P + "inter_token_latency_seconds", "Time between output tokens",
                              buckets=ITL_BUCKETS, registry=r)
         self.e2e = Histogram(P + "e2e_request_latency_seconds", "Request latency, end to end",

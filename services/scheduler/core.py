@@ -8,8 +8,10 @@ batch is: ``draft_step`` -> DraftResult -> ``verify_step`` -> VerifyResult -> ``
 from __future__ import annotations
 
 import random
+import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from common import wire
 from common.wire import FinishReason
@@ -84,6 +86,8 @@ class Sequence:
     lookup: SeqLookup = field(default_factory=SeqLookup)  # its prompt-lookup statistics (lookup_policy.py)
     fit: DraftFit = field(default_factory=DraftFit)  # the draft's acceptance on it relative to its batch (makespan.py)
     acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)  # its own trees' acceptance (estimates.py)
+    submitted_s: float = 0.0  # the core's clock when it was queued (s)
+    queue_ms: float = 0.0  # ms it waited in the queue before admission (0 until admitted)
 
     @property
     def tokens(self) -> list[int]:
@@ -129,10 +133,13 @@ class AdmissionError(Exception):
 
 
 class SchedulerCore:
-    """Owns every request; bounded running set + bounded FIFO queue."""
+    """Owns every request; bounded running set + bounded FIFO queue. ``clock``: seconds (monotonic), for
+    each request's queue time (``Sequence.queue_ms``, sent with its deltas)."""
 
-    def __init__(self, max_running: int, max_queue: int, max_model_len: int, eos_ids: set[int]) -> None:
+    def __init__(self, max_running: int, max_queue: int, max_model_len: int, eos_ids: set[int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_running, self.max_queue, self.max_model_len = max_running, max_queue, max_model_len
+        self.clock = clock
         self.eos_ids = frozenset(eos_ids)
         self.running: dict[str, Sequence] = {}
         self.waiting: deque[Sequence] = deque()
@@ -154,16 +161,18 @@ class SchedulerCore:
         if len(self.running) >= self.max_running and len(self.waiting) >= self.max_queue:
             raise AdmissionError(429, "the request queue is full")
         seed = p.seed if p.seed is not None else random.getrandbits(62)
-        seq = Sequence(request_id=msg.request_id, prompt=list(msg.prompt), params=p, eos_ids=self.eos_ids, seed=seed)
+        seq = Sequence(request_id=msg.request_id, prompt=list(msg.prompt), params=p, eos_ids=self.eos_ids, seed=seed,
+                       submitted_s=self.clock())
         self.waiting.append(seq)
         return seq
 
     def admit(self, capacity: int | None = None) -> list[Sequence]:
-        """Move waiting requests into the running set (FIFO) while there is room."""
+        """Move waiting requests into the running set (FIFO) while there is room; sets their ``queue_ms``."""
         room = self.max_running if capacity is None else min(self.max_running, capacity)
         moved = []
         while self.waiting and len(self.running) < room:
             seq = self.waiting.popleft()
+            seq.queue_ms = (self.clock() - seq.submitted_s) * 1e3
             self.running[seq.request_id] = seq
             moved.append(seq)
         return moved
@@ -224,7 +233,7 @@ class SchedulerCore:
         if seq.finish is not None:
             self.running.pop(seq.request_id, None)
         return wire.TokenDelta(request_id=seq.request_id, tokens=kept, logprobs=lps, finish=seq.finish,
-                               prompt_tokens=len(seq.prompt))
+                               prompt_tokens=len(seq.prompt), queue_ms=round(seq.queue_ms, 3))
 
     def _stop_reason(self, seq: Sequence, tok: int) -> FinishReason | None:
         p = seq.params

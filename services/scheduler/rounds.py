@@ -99,7 +99,7 @@ class RoundDriver:
     def _final(self, seq: Sequence, reason: wire.FinishReason, error: str | None = None) -> list[Out]:
         gw = self.owners.pop(seq.request_id, None)
         delta = wire.TokenDelta(request_id=seq.request_id, tokens=[], finish=reason, error=error,
-                                prompt_tokens=len(seq.prompt))
+                                prompt_tokens=len(seq.prompt), queue_ms=round(seq.queue_ms, 3))
         return [] if gw is None else [(gw, delta)]
 
     def _fail_all(self, error: str) -> list[Out]:

@@ -49,7 +49,7 @@ def dashboard_exprs() -> list[str]:
 class TestMetricNames:
     def test_names_are_prefixed_and_unique(self):
         """Every exported name is treespec:-prefixed and listed once."""
-        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 30
+        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 31
         assert all(n.startswith("treespec:") for n in (*METRIC_NAMES, *PROBE_METRIC_LABELS))
         assert not set(METRIC_NAMES) & set(PROBE_METRIC_LABELS)
         assert HISTOGRAMS <= set(METRIC_NAMES) | set(PROBE_METRIC_LABELS)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import aiohttp
+import msgspec
 
 from common import wire
 from services.gateway.keys import add_key
@@ -160,6 +161,24 @@ class TestMetrics:
             'treespec:http_requests_total{code="429",endpoint="/v1/completions"} 1.0',
             'treespec:http_requests_total{code="503",endpoint="/v1/completions"} 1.0',
             'treespec:requests_total{finished_reason="error"} 1.0'])
+
+    def test_queue_time_is_the_schedulers_figure_and_a_bad_one_is_not_observed(self):
+        """The first delta's queue_ms (1,500 ms) is observed once per request as 1.5 s; a NaN or negative
+        figure from a misbehaving scheduler is left out and the request is still answered."""
+        figures = iter([1500.0, float("nan"), -3.0])
+
+        def script(submit):
+            first, *rest = deltas(submit.request_id, ["ab", "c"])
+            return [msgspec.structs.replace(first, queue_ms=next(figures)), *rest]
+
+        async def scenario(client):
+            statuses = [(await client.post("/v1/completions", json=BODY)).status for _ in range(3)]
+            return statuses, await (await client.get("/metrics")).text()
+        statuses, text = serve(make_test_app(FakeBackend(script=script)), scenario)
+        assert statuses == [200, 200, 200]
+        assert "treespec:request_queue_time_seconds_count 1.0" in text
+        assert "treespec:request_queue_time_seconds_sum 1.5" in text
+        assert "treespec:time_to_first_token_seconds_count 3.0" in text
 
     def test_client_that_leaves_is_counted_499_and_abort(self):
         """A client that disconnects before a non-streamed answer is HTTP 499 and a generation ended by abort."""

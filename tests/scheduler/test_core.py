@@ -155,6 +155,21 @@ class TestAdmission:
             core.submit(wire.Submit(request_id="c", prompt=[1], params=wire.SamplingParams()))
         assert e.value.status == 429
 
+    def test_queue_time_runs_from_submit_to_admission_and_rides_on_the_deltas(self):
+        """A request admitted at once waited 0 ms; one queued behind a full running set waited until a slot
+        freed (the core's clock), and its deltas carry that queue time."""
+        now = [100.0]
+        core = SchedulerCore(max_running=1, max_queue=4, max_model_len=100, eos_ids={EOS}, clock=lambda: now[0])
+        first = _running(core, rid="a", max_tokens=1)
+        core.submit(wire.Submit(request_id="b", prompt=[1], params=wire.SamplingParams(max_tokens=3)))
+        now[0] += 2.5
+        assert core.admit() == [] and core.waiting[0].queue_ms == 0.0  # no slot yet
+        assert _commit(core, first, [], [], 7).queue_ms == 0.0 and first.finish is FinishReason.LENGTH
+        now[0] += 0.25
+        (second,) = core.admit()
+        assert second.queue_ms == pytest.approx(2750.0)
+        assert _commit(core, second, [], [], 7).queue_ms == pytest.approx(2750.0)
+
     def test_abort(self):
         """Abort removes a running or waiting request and marks it ABORT."""
         core = SchedulerCore(max_running=1, max_queue=4, max_model_len=100, eos_ids={EOS})
