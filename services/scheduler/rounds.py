@@ -6,7 +6,8 @@ I/O. One round at a time: DraftStep to each draft worker holding running sequenc
 (all answered, or failed) VerifyStep to each verifier, then commit and TokenDeltas. With
 draft/verify overlap on, a look-ahead DraftStep goes out with the VerifyStep (``overlap.py``).
 A worker that fails (lost, dropped, timed out) only costs its sequences a re-prefill:
-``Placement.lost`` makes the next round resend every committed token.
+``Placement.lost`` makes the next round resend every committed token. Admission and the ends of requests
+outside a commit (abort, failure) are ``RequestBook``'s (``requests.py``).
 """
 
 from __future__ import annotations
@@ -15,20 +16,20 @@ from common import wire
 from common.config import Config
 from common.logging import round_event
 from common.tree import TokenTree
-from services.scheduler.core import AdmissionError, SchedulerCore, Sequence, draft_gap
+from services.scheduler.core import SchedulerCore, Sequence
 from services.scheduler.makespan import observe_fits
 from services.scheduler.overlap import Lookahead, overlap_pays
 from services.scheduler.placement import Out, Placer
 from services.scheduler.planning import Planner, Round
+from services.scheduler.requests import RequestBook
 from services.scheduler.tree_policy import TreePolicy
 from services.scheduler.workers import Worker, WorkerRegistry
 
 EMPTY_TREE = wire.tree_to_wire(TokenTree.empty())
-MAX_VERIFY_LOSSES = 3  # consecutive rounds a verifier may report a sequence lost before it errors
 VERIFIER_WAIT_FACTOR = 6  # with no verifier, requests wait this many heartbeat timeouts, then fail
 
 
-class RoundDriver:
+class RoundDriver(RequestBook):
     """Owns the request -> gateway map and the round in flight; see module docstring."""
 
     def __init__(self, core: SchedulerCore, workers: WorkerRegistry, cfg: Config, log,
@@ -65,52 +66,6 @@ class RoundDriver:
         draft has joined before (without one now the scheduler decodes plainly: degraded)."""
         ok = self.workers.ready(wire.Role.VERIFIER)
         return ok and (not self.speculative or self.had_draft or self.workers.ready(wire.Role.DRAFT))
-
-    # ---- gateway messages -----------------------------------------------------------------
-    def submit(self, gateway: bytes, msg: wire.Submit) -> list[Out]:
-        """Queue a request, or answer Rejected (503 not ready, 400 invalid, 429 full)."""
-        if not self.ready():
-            return [(gateway, wire.Rejected(request_id=msg.request_id, status=503,
-                                            reason="no draft/verifier worker is ready"))]
-        try:
-            seq = self.core.submit(msg)
-        except AdmissionError as exc:
-            return [(gateway, wire.Rejected(request_id=msg.request_id, status=exc.status, reason=exc.reason))]
-        seq.draft_hidden = draft_gap(len(seq.prompt), self.cfg.draft_context_window)
-        self.owners[msg.request_id] = gateway
-        self.log.info("submitted", request_id=msg.request_id, prompt_tokens=len(msg.prompt),
-                      draft_prompt_tokens=seq.draft_len(len(seq.prompt)))
-        return []
-
-    def abort(self, request_id: str) -> list[Out]:
-        """Drop a request, free its KV on its workers at once, send its final delta."""
-        seq = self.core.abort(request_id)
-        if seq is None:
-            return []
-        self.log.info("aborted", request_id=request_id)
-        return self._release(seq) + self._final(seq, wire.FinishReason.ABORT)
-
-    # ---- placement ----------------------------------------------------------------------
-    def _release(self, seq: Sequence) -> list[Out]:
-        self.losses.pop(seq.request_id, None)
-        self.ahead.discard(seq.request_id)
-        return self.placer.unplace(seq, wire.Role.DRAFT) + self.placer.unplace(seq, wire.Role.VERIFIER)
-
-    def _final(self, seq: Sequence, reason: wire.FinishReason, error: str | None = None) -> list[Out]:
-        gw = self.owners.pop(seq.request_id, None)
-        delta = wire.TokenDelta(request_id=seq.request_id, tokens=[], finish=reason, error=error,
-                                prompt_tokens=len(seq.prompt), queue_ms=round(seq.queue_ms, 3))
-        return [] if gw is None else [(gw, delta)]
-
-    def _fail_all(self, error: str) -> list[Out]:
-        """End every request with finish=ERROR (no verifier left)."""
-        out: list[Out] = []
-        for seq in list(self.core.running.values()) + list(self.core.waiting):
-            self.core.abort(seq.request_id)
-            seq.finish = wire.FinishReason.ERROR
-            self.log.error("request failed", request_id=seq.request_id, error=error)
-            out += self._release(seq) + self._final(seq, wire.FinishReason.ERROR, error)
-        return out
 
     # ---- the round ----------------------------------------------------------------------
     def start(self, now: float) -> list[Out]:
@@ -226,25 +181,6 @@ class RoundDriver:
         rnd = self.current
         rnd.verify_ms = max(rnd.verify_ms, res.verify_ms)
         return out + (self._finish() if not rnd.pending else [])
-
-    def _count_loss(self, seq: Sequence) -> list[Out]:
-        n = self.losses[seq.request_id] = self.losses.get(seq.request_id, 0) + 1
-        if n < MAX_VERIFY_LOSSES:
-            return []
-        return self._fail(seq, f"the verifier lost this sequence {n} rounds in a row (invalid tokens or no KV room)")
-
-    def fail(self, request_id: str, err: str) -> list[Out]:
-        """End a request (running or waiting) with finish=ERROR and ``err``; [] if unknown."""
-        seq = self.core.running.get(request_id) or next(
-            (s for s in self.core.waiting if s.request_id == request_id), None)
-        return [] if seq is None else self._fail(seq, err)
-
-    def _fail(self, seq: Sequence, err: str) -> list[Out]:
-        """End one request with finish=ERROR: free its KV, tell its gateway."""
-        self.core.abort(seq.request_id)
-        seq.finish = wire.FinishReason.ERROR
-        self.log.error("request failed", request_id=seq.request_id, error=err)
-        return self._release(seq) + self._final(seq, wire.FinishReason.ERROR, err)
 
     def _finish(self) -> list[Out]:
         """Commit every verified sequence, emit deltas, free finished sequences."""
