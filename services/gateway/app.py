@@ -25,7 +25,7 @@ from services.gateway.metrics import CONTENT_TYPE, Metrics
 from services.gateway.openai_api import ApiError
 from services.gateway.peers import ClientResolver, HostCheck
 from services.gateway.ratelimit import RateLimiter
-from services.gateway.server import track_requests
+from services.gateway.server import GUARD, track_requests
 from services.probes import default_replica
 
 log = structlog.get_logger(__name__)
@@ -155,7 +155,8 @@ def make_app(config: Config, backend: Backend, tokenizer: Tokenizer | None = Non
     app[state.CONFIG] = config
     app[state.BACKEND] = backend
     app[state.TOKENIZER] = tokenizer or load_tokenizer(config.main_model_path)
-    app[state.METRICS] = Metrics(default_replica(replica), lambda: backend.stats, lambda: backend.connected)
+    app[state.METRICS] = Metrics(default_replica(replica), lambda: backend.stats, lambda: backend.connected,
+                                 lambda: app.get(GUARD))
     app[state.KEYS] = KeyStore(config.api_keys_file)
     app[state.ALLOWLIST] = IpAllowlist(config.ip_allowlist)
     app[state.RESOLVER] = ClientResolver.from_config(config.trusted_proxies)

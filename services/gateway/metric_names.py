@@ -14,6 +14,9 @@ PREFIX = "treespec:"
 METRIC_LABELS: dict[str, tuple[str, ...]] = {
     "treespec:requests_total": ("finished_reason",),
     "treespec:http_requests_total": ("endpoint", "code"),
+    "treespec:http_connections_open": (),
+    "treespec:http_connections_refused_total": (),
+    "treespec:http_header_timeouts_total": (),
     "treespec:prompt_tokens_total": (),
     "treespec:generation_tokens_total": (),
     "treespec:time_to_first_token_seconds": (),

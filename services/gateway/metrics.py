@@ -101,6 +101,24 @@ class StatsCollector:
                                   "accepted by the main model", value=s.lookup_accepted)
 
 
+class ConnectionCollector:
+    """The gateway's client connections at scrape time, from ``get_guard()`` (``server.ConnectionGuard``; None
+    before the server listens, or under a test server: zeros): open now, refused at accept because
+    ``max_connections`` were open, and closed by the header timer (``header_timeout_s``)."""
+
+    def __init__(self, get_guard: Callable[[], object | None]):
+        self._get_guard = get_guard
+
+    def collect(self) -> Iterator[Metric]:
+        guard = self._get_guard()
+        yield GaugeMetricFamily(P + "http_connections_open", "Open client connections",
+                                value=guard.open if guard is not None else 0)
+        yield CounterMetricFamily(P + "http_connections_refused", "Client connections closed at accept: "
+                                  "max_connections were open", value=guard.refused if guard is not None else 0)
+        yield CounterMetricFamily(P + "http_header_timeouts", "Client connections closed because no request "
+                                  "headers arrived within header_timeout_s", value=guard.timeouts if guard is not None else 0)
+
+
 def _service(worker: wire.Heartbeat) -> str:
     return worker.role.value if worker.role is not None else "unknown"
 
@@ -109,7 +127,7 @@ class Metrics:
     """The gateway's registry and request-level instruments."""
 
     def __init__(self, replica: str = "0", get_stats: Callable[[], wire.Stats | None] = lambda: None,
-                 scheduler_up: Callable[[], bool] = lambda: False):
+                 scheduler_up: Callable[[], bool] = lambda: False, get_guard: Callable[[], object | None] = lambda: None):
         disable_created_metrics()  # no *_created series: export exactly METRIC_NAMES
         self.registry = CollectorRegistry()
         r = self.registry
@@ -129,6 +147,7 @@ class Metrics:
         self.e2e = Histogram(P + "e2e_request_latency_seconds", "Request latency, end to end",
                              buckets=LATENCY_BUCKETS, registry=r)
         r.register(StatsCollector(replica, get_stats, scheduler_up))
+        r.register(ConnectionCollector(get_guard))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

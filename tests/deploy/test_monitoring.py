@@ -49,14 +49,15 @@ def dashboard_exprs() -> list[str]:
 class TestMetricNames:
     def test_names_are_prefixed_and_unique(self):
         """Every exported name is treespec:-prefixed and listed once."""
-        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 31
+        assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == 34
         assert all(n.startswith("treespec:") for n in (*METRIC_NAMES, *PROBE_METRIC_LABELS))
         assert not set(METRIC_NAMES) & set(PROBE_METRIC_LABELS)
         assert HISTOGRAMS <= set(METRIC_NAMES) | set(PROBE_METRIC_LABELS)
 
     def test_gauges_have_no_counter_suffix(self):
         """Only counters end in _total (kv_slots_total was a gauge and is now kv_slots_capacity)."""
-        counters = {"treespec:requests_total", "treespec:http_requests_total", "treespec:prompt_tokens_total", "treespec:generation_tokens_total",
+        counters = {"treespec:requests_total", "treespec:http_requests_total", "treespec:http_connections_refused_total",
+                    "treespec:http_header_timeouts_total", "treespec:prompt_tokens_total", "treespec:generation_tokens_total",
                     "treespec:spec_decode_num_drafts_total", "treespec:spec_decode_num_draft_tokens_total",
                     "treespec:spec_decode_num_accepted_tokens_total",
                     "treespec:spec_decode_num_accepted_tokens_per_pos_total", "treespec:overlap_guesses_total", "treespec:spec_decode_plain_steps_total",

@@ -18,7 +18,8 @@ async def _read_all(reader: asyncio.StreamReader, timeout: float) -> bytes:
 class TestConnectionGuard:
     def test_cap_and_header_timeout(self):
         """Past max_connections a connection is closed at once; a slow-header one is closed
-        after header_timeout_s; a normal request on a fresh connection still works."""
+        after header_timeout_s; a normal request on a fresh connection still works, and /metrics
+        counts both kinds of close and the one connection open."""
         cfg = Config(max_model_len=64, max_connections=2, header_timeout_s=0.5)
 
         async def main():
@@ -33,7 +34,7 @@ class TestConnectionGuard:
                 refused = await _read_all(r3, 2)
                 closed = [await _read_all(r, 3) for r, _ in slow]  # the timer closes them
                 r4, w4 = await asyncio.open_connection("127.0.0.1", PORT)
-                w4.write(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                w4.write(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 answer = await _read_all(r4, 3)
                 return refused, closed, answer, app[GUARD]
             finally:
@@ -43,6 +44,9 @@ class TestConnectionGuard:
         assert refused == b"" and guard.refused == 1
         assert closed == [b"", b""] and guard.timeouts == 2
         assert answer.startswith(b"HTTP/1.1 200")
+        for line in (b"treespec:http_connections_refused_total 1.0", b"treespec:http_header_timeouts_total 2.0",
+                     b"treespec:http_connections_open 1.0"):
+            assert line in answer
 
 
 class TestRateLimitedLog:
