@@ -10,7 +10,6 @@ import torch
 
 from common.config import Config
 from common.tokenizer import END_MARKERS
-from common.modeling.grammar import GrammarMasks
 from common.modeling.attention_probe import install as install_attention
 from common.modeling.kernel_probe import install as install_kernels
 from common.modeling.loader import check_same_vocabulary, load_weights, DTYPES

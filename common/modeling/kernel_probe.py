@@ -27,7 +27,7 @@ import torch
 
 from common.host import cpu_model
 from common.modeling.kernels import (KERNELS, PROJECTIONS, ROW_BUCKETS, Timings, apply_plan, candidates, choose,
-                                     dense_of, pick, planned, prepare, weight_format, weight_shape)
+                                     pick, planned, prepare, weight_format, weight_shape)
 from common.modeling.native import library
 
 PROBE_REPS = 5  # timed runs per (kernel, rows); the fastest counts

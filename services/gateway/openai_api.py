@@ -10,7 +10,7 @@ cannot hold (token counts and ids are int32, ``seed`` is int64).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Union
 
 from pydantic import Field, ValidationError
 
