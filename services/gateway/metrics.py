@@ -111,12 +111,12 @@ class ConnectionCollector:
 
     def collect(self) -> Iterator[Metric]:
         guard = self._get_guard()
-        yield GaugeMetricFamily(P + "http_connections_open", "Open client connections",
-                                value=guard.open if guard is not None else 0)
+        opened, refused, timeouts = (guard.open, guard.refused, guard.timeouts) if guard is not None else (0, 0, 0)
+        yield GaugeMetricFamily(P + "http_connections_open", "Open client connections", value=opened)
         yield CounterMetricFamily(P + "http_connections_refused", "Client connections closed at accept: "
-                                  "max_connections were open", value=guard.refused if guard is not None else 0)
+                                  "max_connections were open", value=refused)
         yield CounterMetricFamily(P + "http_header_timeouts", "Client connections closed because no request "
-                                  "headers arrived within header_timeout_s", value=guard.timeouts if guard is not None else 0)
+                                  "headers arrived within header_timeout_s", value=timeouts)
 
 
 def _service(worker: wire.Heartbeat) -> str:
@@ -127,7 +127,8 @@ class Metrics:
     """The gateway's registry and request-level instruments."""
 
     def __init__(self, replica: str = "0", get_stats: Callable[[], wire.Stats | None] = lambda: None,
-                 scheduler_up: Callable[[], bool] = lambda: False, get_guard: Callable[[], object | None] = lambda: None):
+                 scheduler_up: Callable[[], bool] = lambda: False,
+                 get_guard: Callable[[], object | None] = lambda: None):
         disable_created_metrics()  # no *_created series: export exactly METRIC_NAMES
         self.registry = CollectorRegistry()
         r = self.registry
