@@ -1,7 +1,8 @@
 """Prometheus metrics of one gateway, in its own CollectorRegistry (no module globals).
 
 Request metrics are observed by the gateway itself; scheduler and worker metrics are read
-from the latest ``wire.Stats`` at scrape time by :class:`StatsCollector`. Exported names
+from the latest ``wire.Stats`` at scrape time by :class:`StatsCollector`, and the client
+connections from the server's guard by :class:`ConnectionCollector`. Exported names
 (``metric_names.METRIC_NAMES``) are the contract with the Grafana / Prometheus files. Labels:
 ``finished_reason`` = how an admitted generation request ended (stop / length / abort: the
 client went away / error: the backend failed it; refusals are not generations); ``code`` = the
