@@ -81,6 +81,7 @@ class Config:
     heartbeat_timeout_s: float = 5.0
     log_dir: str = "logs"
     log_level: str = "info"
+    stats_log_interval_s: float = 10.0  # scheduler: an "engine stats" log line this often while busy; 0 = off
     api_keys_file: str = ""  # empty = no auth
     ip_allowlist: tuple[str, ...] = ()  # CIDRs; empty = all
     public_health: bool = True  # /health and /metrics without an API key
@@ -115,6 +116,7 @@ def _validate(cfg: Config) -> None:
         "port": 0 <= cfg.port <= 65535,
         "metrics_port": 0 <= cfg.metrics_port <= 65535,
         "max_running": cfg.max_running >= 1,
+        "stats_log_interval_s": cfg.stats_log_interval_s >= 0,
         "max_queue": cfg.max_queue >= 0,
         "max_model_len": cfg.max_model_len >= 16,
         "draft_context_window": cfg.draft_context_window >= 0,

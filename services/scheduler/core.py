@@ -144,6 +144,7 @@ class SchedulerCore:
         self.running: dict[str, Sequence] = {}
         self.waiting: deque[Sequence] = deque()
         self.num_drafts = self.num_draft_tokens = self.num_accepted = 0
+        self.num_prompt_tokens = self.num_generated = 0  # admitted prompts' tokens, committed output tokens
         self.accepted_per_pos: list[int] = []
 
     def submit(self, msg: wire.Submit) -> Sequence:
@@ -174,6 +175,7 @@ class SchedulerCore:
             seq = self.waiting.popleft()
             seq.queue_ms = (self.clock() - seq.submitted_s) * 1e3
             self.running[seq.request_id] = seq
+            self.num_prompt_tokens += len(seq.prompt)
             moved.append(seq)
         return moved
 
@@ -229,6 +231,7 @@ class SchedulerCore:
             seq.finish = self._stop_reason(seq, tok)
             if seq.finish is not None:
                 break
+        self.num_generated += len(kept)
         lps = out.logprobs[: len(kept)] if out.logprobs is not None else None
         if seq.finish is not None:
             self.running.pop(seq.request_id, None)

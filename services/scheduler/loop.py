@@ -27,6 +27,7 @@ from services.scheduler import replies
 from services.scheduler.access import refusal
 from services.scheduler.core import SchedulerCore
 from services.scheduler.rounds import Out, RoundDriver
+from services.scheduler.stats_log import EngineStatsLog
 from services.scheduler.estimates import CostCurve
 from services.scheduler.workers import WorkerRegistry
 
@@ -51,6 +52,7 @@ class SchedulerLoop:
         self.driver = RoundDriver(self.core, self.workers, cfg, log,
                                   cfg.heartbeat_timeout_s * STEP_TIMEOUT_FACTOR)
         self.gateways: dict[bytes, float] = {}  # identity -> last seen (monotonic s)
+        self.stats_log = EngineStatsLog(cfg.stats_log_interval_s)  # the periodic "engine stats" line
         self.epoch = uuid.uuid4().hex[:16]
         self.vocab = 0  # the main model's vocabulary size, from the verifiers' Hello
         self.keys = keys_dir(cfg)
@@ -261,8 +263,9 @@ class SchedulerLoop:
                           lookup_accepted=self.driver.policy.lookup.accepted)
 
     def _broadcast_stats(self, now: float) -> None:
-        """Stats to every gateway, the epoch heartbeat to every worker; abort the requests
-        of gateways silent past the heartbeat timeout."""
+        """Stats to every gateway (and, every ``stats_log_interval_s`` while busy, the ``engine stats`` log
+        line), the epoch heartbeat to every worker; abort the requests of gateways silent past the heartbeat
+        timeout."""
         forget = self.cfg.heartbeat_timeout_s * GATEWAY_FORGET_FACTOR
         silent = {gw for gw, seen in self.gateways.items() if now - seen > self.cfg.heartbeat_timeout_s}
         for rid, gw in list(self.driver.owners.items()):
@@ -274,6 +277,8 @@ class SchedulerLoop:
                 del self.gateways[gw]
         stats = self._stats()
         self._send([(gw, stats) for gw in self.gateways])
+        if (fields := self.stats_log.observe(now, stats, self.core.num_prompt_tokens, self.core.num_generated)):
+            self.log.info("engine stats", **fields)
         beat = self._my_beat()
         self._send([(w.identity, beat) for w in self.workers.all()])
 

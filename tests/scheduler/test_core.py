@@ -132,6 +132,13 @@ class TestRoundEntries:
         assert (core.num_drafts, core.num_draft_tokens, core.num_accepted) == (2, 8, 3)
         assert core.accepted_per_pos == [2, 1]
 
+    def test_token_counters_for_the_engine_stats_line(self):
+        """Admitted prompts count their tokens; commits count the tokens kept (not those cut by a stop)."""
+        core = _core()
+        seq = _running(core, prompt=(1, 2, 3, 4), max_tokens=3)
+        _commit(core, seq, TREE_TOKENS, [0, 1, 2], 42)  # 4 tokens offered, max_tokens keeps 3
+        assert (core.num_prompt_tokens, core.num_generated) == (4, 3)
+
 
 class TestAdmission:
     @pytest.mark.parametrize("prompt,params,match", [
