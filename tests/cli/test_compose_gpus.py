@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 
@@ -17,7 +16,7 @@ from treespec import compose_gpus as cg
 REPO = Path(__file__).resolve().parents[2]
 SPECS = [REPO / "tests" / "data" / "compose_spec" / n for n in ("compose-spec.json", "compose-spec.compose-go.json")]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
-from test_compose import _compose_v2, load, merge  # noqa: E402  (the Compose helpers)
+from test_compose import _compose_v2, compose_validator, load, merge  # noqa: E402  (the Compose helpers)
 
 
 def render(verifiers, drafts) -> dict:
@@ -87,7 +86,7 @@ class TestRender:
         merged = merge(load(), yaml.safe_load(text.replace("$$", "$")))
         for spec in SPECS:
             schema = json.loads(spec.read_text())
-            validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)  # draft-07 by https
+            validator = compose_validator(schema)
             for doc in (override, merged):
                 errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]
                 assert not errors, "\n".join(errors)

@@ -333,16 +333,12 @@ class TestMonitoring:
 
 
 @pytest.fixture(scope="module")
-def cpu_merged() -> dict:
+def merged() -> dict:
     """compose.yaml merged with compose.cpu.yaml."""
     return merge(load(), load(path=CPU_OVERRIDE))
 
 
 class TestCpuOverride:
-    @pytest.fixture
-    def merged(self, cpu_merged) -> dict:
-        return cpu_merged
-
     def test_valid(self, merged):
         """compose.cpu.yaml and the merged result validate against both Compose schemas."""
         override = load(path=CPU_OVERRIDE)
