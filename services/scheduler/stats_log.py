@@ -36,17 +36,14 @@ class EngineStatsLog:
         """``now``: seconds (monotonic); ``stats``: the scheduler's current Stats; ``prompt_tokens`` /
         ``generated_tokens``: the core's cumulative prefilled prompt and committed output tokens. Returns the
         fields of an ``engine stats`` event when an interval has passed and the engine was busy, else None."""
+        if self.interval_s <= 0 or (self._last is not None and now - self._last[0] < self.interval_s):
+            return None
         totals = Totals(prompt_tokens, generated_tokens, stats.num_drafts, stats.num_draft_tokens,
                         stats.num_accepted_tokens)
-        if self.interval_s <= 0:
-            return None
-        if self._last is None:
+        if self._last is None:  # the first sample only starts the interval
             self._last = (now, totals)
             return None
-        start, before = self._last
-        if now - start < self.interval_s:
-            return None
-        self._last = (now, totals)
+        (start, before), self._last = self._last, (now, totals)
         busy = totals != before or stats.running or stats.waiting
         return _fields(now - start, before, totals, stats) if busy else None
 
